@@ -1,0 +1,132 @@
+"""The tile's hardware configuration: one object that the gateware elaborates from,
+the host talks through, and the docs are generated from.
+
+The same values are reported by the tile in its HWCFG registers (see
+:mod:`fusetile.hdl.regmap`), so a host can read a :class:`TileConfig` back from the
+hardware: that read-back is the *hardware profile* caches are keyed on.
+"""
+
+from dataclasses import dataclass, fields, asdict
+import hashlib
+import json
+
+
+__all__ = ["TileConfig"]
+
+
+def _is_pow2(n):
+    return n > 0 and n & (n - 1) == 0
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Parameters of one fusetile instance.
+
+    Parameters
+    ----------
+    rows, cols : int
+        MAC array size (R x C int8 multipliers, int32 accumulators).
+    word_bytes : int
+        Width of a scratchpad / DMA / GMEM word in bytes (a power of two, >= 4).
+        The DMA moves one word per cycle; scratchpad and GMEM addresses count words.
+    spad_banks : int
+        Number of scratchpad banks. Consecutive words are interleaved across banks.
+    spad_bank_words : int
+        Depth of one scratchpad bank, in words.
+    partitions : int
+        Entries in the scratchpad partition table.
+    kernel_slots : int
+        Number of dynamic kernel slots (microcode memories).
+    slot_depth : int
+        Micro-instructions per kernel slot.
+    plan_depth : int
+        Plan instructions per plan bank (there are two banks).
+    gmem_bytes : int
+        Size of the global memory, in bytes (a multiple of ``word_bytes``).
+    trace_depth : int
+        Records the trace FIFO holds (a power of two).
+    slot_counters : bool
+        Whether per-slot call and cycle counters are built.
+
+    Raises
+    ------
+    TypeError
+        If a parameter has the wrong type.
+    ValueError
+        If a parameter is out of range.
+    """
+
+    rows: int = 8
+    cols: int = 8
+    word_bytes: int = 8
+    spad_banks: int = 4
+    spad_bank_words: int = 512
+    partitions: int = 8
+    kernel_slots: int = 8
+    slot_depth: int = 64
+    plan_depth: int = 128
+    gmem_bytes: int = 64 * 1024
+    trace_depth: int = 32
+    slot_counters: bool = True
+
+    # Upper bounds follow from the HWCFG field widths and the memory map.
+    _LIMITS = {
+        "rows": (1, 64), "cols": (1, 64), "word_bytes": (4, 64),
+        "spad_banks": (1, 64), "spad_bank_words": (1, 0xFFFF),
+        "partitions": (1, 16), "kernel_slots": (1, 16),
+        "slot_depth": (2, 1024), "plan_depth": (2, 2048),
+        "gmem_bytes": (4, 1 << 20), "trace_depth": (2, 256),
+    }
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "slot_counters":
+                if not isinstance(value, bool):
+                    raise TypeError(f"slot_counters must be a bool, not {value!r}")
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{f.name} must be an integer, not {value!r}")
+            lo, hi = self._LIMITS[f.name]
+            if not lo <= value <= hi:
+                raise ValueError(f"{f.name} must be between {lo} and {hi}, not {value!r}")
+        for name in ("word_bytes", "trace_depth", "slot_depth", "plan_depth"):
+            if not _is_pow2(getattr(self, name)):
+                raise ValueError(f"{name} must be a power of two, not {getattr(self, name)!r}")
+        if self.spad_words > 0xFFFF:
+            raise ValueError(f"spad_banks * spad_bank_words must be at most 65535 words, "
+                             f"not {self.spad_words!r}")
+        if self.gmem_bytes % self.word_bytes:
+            raise ValueError(f"gmem_bytes must be a multiple of word_bytes ({self.word_bytes}), "
+                             f"not {self.gmem_bytes!r}")
+
+    @property
+    def spad_words(self):
+        """Scratchpad size in words, over all banks."""
+        return self.spad_banks * self.spad_bank_words
+
+    @property
+    def spad_bytes(self):
+        return self.spad_words * self.word_bytes
+
+    @property
+    def gmem_words(self):
+        """GMEM size in words."""
+        return self.gmem_bytes // self.word_bytes
+
+    @property
+    def word_bits(self):
+        return self.word_bytes * 8
+
+    def as_dict(self):
+        return asdict(self)
+
+    @property
+    def profile_hash(self):
+        """A short stable hash of the configuration: the hardware profile key."""
+        blob = json.dumps(self.as_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @classmethod
+    def from_dict(cls, values):
+        return cls(**values)
