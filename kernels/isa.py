@@ -106,6 +106,7 @@ class FaultCause(enum.Enum, shape=4):
     WATCHDOG      = 6   #: an inference ran longer than WATCHDOG cycles
     PLAN_RANGE    = 7   #: plan PC ran past the end of the bank
     SLOT_RANGE    = 8   #: micro PC ran past the end of the slot
+    ABORTED       = 9   #: the host wrote CTRL.abort while a plan ran
 
 
 class TraceRecord(data.Struct):

@@ -1,0 +1,360 @@
+"""The control unit: runs a plan from the active plan bank and, for each CALL, the
+kernel in a slot, micro-instruction by micro-instruction."""
+
+from amaranth.hdl import Module, Signal, Mux
+from amaranth.lib import wiring, data, enum, stream
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, \
+    TraceRecord
+from .dma import DmaCommand
+
+
+__all__ = ["ControlUnit", "ControlEvents"]
+
+
+class _State(enum.Enum):
+    IDLE        = 0
+    PLAN_FETCH  = 1   # plan instruction address presented; data next cycle
+    PLAN_EXEC   = 2
+    MICRO_FETCH = 3
+    MICRO_EXEC  = 4
+    FAULT       = 5
+
+
+class ControlEvents(data.Struct):
+    """What the control unit did this cycle, for the performance counters."""
+    active:        1   #: a plan is running
+    plan_retired:  1
+    micro_retired: 1
+    stall_dma:     1   #: the kernel sequencer waits for the DMA engine
+    call_done:     1   #: a kernel call returned
+    inference:     1   #: a plan reached DONE
+    swap:          1   #: the active plan bank changed
+    fault:         1   #: the tile stopped on a fault
+
+
+class ControlUnit(wiring.Component):
+    """Plan sequencer and kernel sequencer.
+
+    The plan sequencer fetches plan instructions from the active bank. CALL checks the
+    slot table, latches the call's arguments and hands over to the kernel sequencer,
+    which runs the slot's micro-instructions until RET; DMA micro-instructions are
+    relocated (GMEM base from the CALL arguments, scratchpad partition from the slot
+    table) and queued to the DMA engine. DONE ends the plan and is the safe point where
+    a requested bank swap is taken; an idle tile takes a swap at once.
+
+    Every error stops the tile in the fault state with cause, bank, slot, PCs and an
+    address recorded, and the DMA engine aborted. The tile leaves the fault state only
+    on ``clear_fault``.
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Attributes
+    ----------
+    start, swap, clear_fault, abort : In(1)
+        Host commands (one-cycle pulses from CTRL).
+    watchdog_limit : In(32)
+        Cycle limit for one plan run; 0 disables the watchdog.
+    slot_valid : In(kernel_slots)
+        Slot table: which slots may be called.
+    slot_part : In(ArrayLayout(4, kernel_slots))
+        Slot table: the partition each slot's scratchpad accesses use.
+    plan_rd_bank, plan_rd_pc : Out
+        Plan store read address (data one cycle later on ``plan_rd_data``).
+    plan_rd_data : In(64)
+    kern_rd_slot, kern_rd_upc : Out
+        Kernel store read address (data one cycle later on ``kern_rd_data``).
+    kern_rd_data : In(128)
+    dma_cmd : Out(stream.Signature(DmaCommand))
+    dma_busy, dma_fault : In(1)
+    dma_fault_cause : In(FaultCause)
+    dma_fault_addr : In(32)
+    dma_fault_part : In(4)
+    dma_abort : Out(1)
+        Stop the DMA engine (on entering the fault state).
+    dma_word_in, dma_word_out : In(1)
+        One pulse per word the DMA moved (for the call's trace record).
+    cycles : In(32)
+        The CYCLES counter, stamped into trace records.
+    running, done, faulted, active_bank, swap_pending, in_kernel : Out(1)
+    slot : Out(4)
+        The executing slot (valid while ``in_kernel``).
+    plan_pc, micro_pc : Out(16)
+    mark : Out(24)
+    fault_cause : Out(FaultCause)
+    fault_bank, fault_in_kernel : Out(1)
+    fault_slot, fault_part : Out(4)
+    fault_pc, fault_upc : Out(16)
+    fault_addr : Out(32)
+    events : Out(ControlEvents)
+    trace_push : Out(1)
+    trace_record : Out(TraceRecord)
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        self.config = config
+        k = config.kernel_slots
+        super().__init__({
+            "start": In(1), "swap": In(1), "clear_fault": In(1), "abort": In(1),
+            "watchdog_limit": In(32),
+            "slot_valid": In(k),
+            "slot_part": In(data.ArrayLayout(4, k)),
+            "plan_rd_bank": Out(1), "plan_rd_pc": Out(16), "plan_rd_data": In(64),
+            "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_data": In(128),
+            "dma_cmd": Out(stream.Signature(DmaCommand)),
+            "dma_busy": In(1), "dma_fault": In(1), "dma_fault_cause": In(FaultCause),
+            "dma_fault_addr": In(32), "dma_fault_part": In(4), "dma_abort": Out(1),
+            "dma_word_in": In(1), "dma_word_out": In(1),
+            "cycles": In(32),
+            "running": Out(1), "done": Out(1), "faulted": Out(1), "active_bank": Out(1),
+            "swap_pending": Out(1), "in_kernel": Out(1), "slot": Out(4),
+            "plan_pc": Out(16), "micro_pc": Out(16), "mark": Out(24),
+            "fault_cause": Out(FaultCause), "fault_bank": Out(1), "fault_in_kernel": Out(1),
+            "fault_slot": Out(4), "fault_part": Out(4), "fault_pc": Out(16),
+            "fault_upc": Out(16), "fault_addr": Out(32),
+            "events": Out(ControlEvents),
+            "trace_push": Out(1), "trace_record": Out(TraceRecord),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+
+        plan = PlanInstr(self.plan_rd_data)
+        micro = MicroInstr(self.kern_rd_data)
+        dma_args = micro.args.dma
+
+        arg_a = Signal(24)
+        arg_b = Signal(24)
+        part = Signal(4)
+        watchdog = Signal(32)
+
+        # Statistics of the current kernel call, for its trace record.
+        call_pc = Signal(16)
+        call_start = Signal(32)
+        call_cycles = Signal(32)
+        call_dma_busy = Signal(32)
+        call_words_in = Signal(32)
+        call_words_out = Signal(32)
+
+        # The store read ports re-read the same address every cycle, so an
+        # instruction's bits stay valid for as long as it takes to execute it.
+        m.d.comb += [
+            self.plan_rd_bank.eq(self.active_bank),
+            self.plan_rd_pc.eq(self.plan_pc),
+            self.kern_rd_slot.eq(self.slot),
+            self.kern_rd_upc.eq(self.micro_pc),
+        ]
+
+        # -- fault entry ------------------------------------------------------------
+        fault = Signal()
+        fault_cause = Signal(FaultCause)
+        fault_addr = Signal(32)
+        fault_part = Signal(4)
+
+        def raise_fault(cause, addr=0, part_=0):
+            m.d.comb += [fault.eq(1), fault_cause.eq(cause), fault_addr.eq(addr),
+                         fault_part.eq(part_)]
+
+        # -- swap: an idle tile takes it at once, a running one at DONE ---------------
+        take_swap = Signal()
+        with m.If(take_swap):
+            m.d.sync += [self.active_bank.eq(~self.active_bank), self.swap_pending.eq(0)]
+        with m.Elif(self.swap):
+            m.d.sync += self.swap_pending.eq(1)
+        m.d.comb += self.events.swap.eq(take_swap)
+
+        # -- trace record of the current call -----------------------------------------
+        record = self.trace_record
+        m.d.comb += [
+            record.slot.eq(self.slot),
+            record.bank.eq(self.active_bank),
+            record.pc.eq(call_pc),
+            record.start.eq(call_start),
+            record.cycles.eq(call_cycles),
+            record.dma_busy.eq(call_dma_busy),
+            record.bytes_in.eq(call_words_in * cfg.word_bytes),
+            record.bytes_out.eq(call_words_out * cfg.word_bytes),
+        ]
+        with m.If(self.in_kernel):
+            m.d.sync += [
+                call_cycles.eq(call_cycles + 1),
+                call_dma_busy.eq(call_dma_busy + self.dma_busy),
+                call_words_in.eq(call_words_in + self.dma_word_in),
+                call_words_out.eq(call_words_out + self.dma_word_out),
+            ]
+
+        m.d.comb += self.events.active.eq(self.running)
+        with m.If(self.running):
+            m.d.sync += watchdog.eq(watchdog + 1)
+
+        # -- the sequencers -----------------------------------------------------------
+        next_pc = self.plan_pc + 1
+        next_upc = self.micro_pc + 1
+
+        def plan_next():
+            m.d.sync += self.plan_pc.eq(next_pc)
+            m.d.comb += self.events.plan_retired.eq(1)
+            m.d.sync += state.eq(_State.PLAN_FETCH)
+
+        def micro_next():
+            m.d.sync += self.micro_pc.eq(next_upc)
+            m.d.comb += self.events.micro_retired.eq(1)
+            m.d.sync += state.eq(_State.MICRO_FETCH)
+
+        # An explicit state register rather than m.FSM: faults from any state are one
+        # override at the end instead of a check in every state.
+        state = Signal(_State)
+        with m.Switch(state):
+            with m.Case(_State.IDLE):
+                with m.If(self.swap_pending | self.swap):
+                    m.d.comb += take_swap.eq(1)
+                with m.If(self.start):
+                    m.d.sync += [
+                        self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
+                        watchdog.eq(0),
+                    ]
+                    m.d.sync += state.eq(_State.PLAN_FETCH)
+
+            with m.Case(_State.PLAN_FETCH):
+                with m.If(self.plan_pc >= cfg.plan_depth):
+                    raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
+                with m.Else():
+                    m.d.sync += state.eq(_State.PLAN_EXEC)
+
+            with m.Case(_State.PLAN_EXEC):
+                with m.If(plan.cond != 0):
+                    raise_fault(FaultCause.ILLEGAL_PLAN, self.plan_rd_data[:32])
+                with m.Else():
+                    with m.Switch(plan.op):
+                        with m.Case(PlanOp.NOP):
+                            plan_next()
+                        with m.Case(PlanOp.MARK):
+                            m.d.sync += self.mark.eq(plan.a)
+                            plan_next()
+                        with m.Case(PlanOp.DONE):
+                            m.d.sync += [self.running.eq(0), self.done.eq(1)]
+                            m.d.comb += [self.events.plan_retired.eq(1),
+                                         self.events.inference.eq(1)]
+                            with m.If(self.swap_pending | self.swap):
+                                m.d.comb += take_swap.eq(1)
+                            m.d.sync += state.eq(_State.IDLE)
+                        with m.Case(PlanOp.CALL):
+                            slot_ok = Signal()
+                            m.d.comb += slot_ok.eq((plan.sel < cfg.kernel_slots) &
+                                                   self.slot_valid.bit_select(plan.sel, 1))
+                            with m.If(~slot_ok):
+                                raise_fault(FaultCause.SLOT_INVALID, plan.sel)
+                            with m.Else():
+                                m.d.sync += [
+                                    self.slot.eq(plan.sel),
+                                    part.eq(self.slot_part[plan.sel[:4]]),
+                                    arg_a.eq(plan.a), arg_b.eq(plan.b),
+                                    self.in_kernel.eq(1), self.micro_pc.eq(0),
+                                    call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
+                                    call_cycles.eq(0), call_dma_busy.eq(0),
+                                    call_words_in.eq(0), call_words_out.eq(0),
+                                ]
+                                m.d.sync += state.eq(_State.MICRO_FETCH)
+                        with m.Default():
+                            raise_fault(FaultCause.ILLEGAL_PLAN, self.plan_rd_data[:32])
+
+            with m.Case(_State.MICRO_FETCH):
+                with m.If(self.micro_pc >= cfg.slot_depth):
+                    raise_fault(FaultCause.SLOT_RANGE, self.micro_pc)
+                with m.Else():
+                    m.d.sync += state.eq(_State.MICRO_EXEC)
+
+            with m.Case(_State.MICRO_EXEC):
+                with m.Switch(micro.op):
+                    with m.Case(MicroOp.NOP):
+                        micro_next()
+                    with m.Case(MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
+                        base = Signal(24)
+                        with m.Switch(dma_args.gmem_base):
+                            with m.Case(GmemBase.ABS):
+                                m.d.comb += base.eq(0)
+                            with m.Case(GmemBase.ARG0):
+                                m.d.comb += base.eq(arg_a)
+                            with m.Case(GmemBase.ARG1):
+                                m.d.comb += base.eq(arg_b)
+                            with m.Default():
+                                raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
+                        cmd = self.dma_cmd.payload
+                        m.d.comb += [
+                            cmd.store.eq(micro.op == MicroOp.DMA_STORE),
+                            cmd.gmem_addr.eq(base + dma_args.gmem_addr),
+                            cmd.gmem_stride.eq(dma_args.gmem_stride),
+                            cmd.part.eq(part),
+                            cmd.spad_addr.eq(dma_args.spad_addr),
+                            cmd.spad_stride.eq(dma_args.spad_stride),
+                            cmd.rows.eq(dma_args.rows),
+                            cmd.cols.eq(dma_args.cols),
+                        ]
+                        with m.If(~fault):
+                            m.d.comb += self.dma_cmd.valid.eq(1)
+                            with m.If(self.dma_cmd.ready):
+                                micro_next()
+                            with m.Else():
+                                m.d.comb += self.events.stall_dma.eq(1)
+                    with m.Case(MicroOp.WAIT):
+                        with m.If(self.dma_busy):
+                            m.d.comb += self.events.stall_dma.eq(1)
+                        with m.Else():
+                            micro_next()
+                    with m.Case(MicroOp.RET):
+                        with m.If(self.dma_busy):
+                            m.d.comb += self.events.stall_dma.eq(1)
+                        with m.Else():
+                            m.d.sync += self.in_kernel.eq(0)
+                            m.d.comb += [
+                                self.events.micro_retired.eq(1),
+                                self.events.call_done.eq(1),
+                                self.trace_push.eq(1),
+                            ]
+                            plan_next()
+                    with m.Default():
+                        raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
+
+            with m.Case(_State.FAULT):
+                with m.If(self.clear_fault):
+                    m.d.sync += self.faulted.eq(0)
+                    m.d.sync += state.eq(_State.IDLE)
+
+        # Faults raised by the DMA engine, the watchdog or the host win over
+        # whatever the sequencers were doing this cycle.
+        with m.If(self.running & self.dma_fault):
+            raise_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
+        with m.If(self.running & (self.watchdog_limit != 0) &
+                  (watchdog >= self.watchdog_limit)):
+            raise_fault(FaultCause.WATCHDOG, watchdog)
+        with m.If(self.running & self.abort):
+            raise_fault(FaultCause.ABORTED)
+
+        with m.If(fault):
+            m.d.sync += [
+                self.running.eq(0), self.faulted.eq(1), self.in_kernel.eq(0),
+                self.fault_cause.eq(fault_cause), self.fault_addr.eq(fault_addr),
+                self.fault_part.eq(fault_part), self.fault_bank.eq(self.active_bank),
+                self.fault_in_kernel.eq(self.in_kernel), self.fault_slot.eq(self.slot),
+                self.fault_pc.eq(self.plan_pc), self.fault_upc.eq(self.micro_pc),
+            ]
+            m.d.comb += [
+                self.events.fault.eq(1),
+                self.dma_abort.eq(1),
+                # A call cut short by a fault is still traced, marked as faulted.
+                self.trace_push.eq(self.in_kernel),
+                record.faulted.eq(1),
+                self.events.micro_retired.eq(0),
+                self.events.plan_retired.eq(0),
+                self.events.call_done.eq(0),
+                self.dma_cmd.valid.eq(0),
+            ]
+            m.d.sync += state.eq(_State.FAULT)
+        return m

@@ -1,0 +1,188 @@
+"""The CSR bank: the tile's control/status registers and counters on a Wishbone bus.
+
+The bank is elaborated from a :class:`~fusetile.hdl.registers.MemoryMap`, so the
+register layout lives in one place (:mod:`fusetile.hdl.regmap`). Each field becomes a
+plain signal the rest of the tile reads or drives; nothing here knows what a register
+means.
+"""
+
+import re
+
+from amaranth.hdl import C, Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from . import wishbone
+from .registers import Access, MemoryMap
+
+
+__all__ = ["CsrBank"]
+
+
+def _signal_name(*parts):
+    return "_".join(re.sub(r"\W+", "_", p).strip("_") for p in parts)
+
+
+class CsrBank(wiring.Component):
+    """Registers and 64-bit counters of a memory map, answering a Wishbone bus.
+
+    The bank takes the registers and counters of ``memory_map`` that lie in the CSR
+    window ``[0, 4 << addr_width)`` bytes (other entries, such as memory windows, are
+    ignored). Every access is answered one cycle after it is seen, with exactly one of
+    ``ack`` or ``err``:
+
+    * a read of a register ACKs with its value (W1 fields read as 0);
+    * a read of a counter's ``_LO`` word ACKs with bits [31:0] of the live value and
+      latches bits [63:32] into a shadow register shared by all counters; a read of
+      a ``_HI`` word ACKs with the shadow, so reading LO then HI is atomic;
+    * a write ACKs and updates the register's RW fields and pulses its W1 fields, if
+      the register has a writable field, ``sel`` is ``0b1111`` and the register's
+      :attr:`refuse` signal is low; a refused write is answered with ERR, leaves the
+      register unchanged and pulses :attr:`refused`;
+    * writes to counters or to registers without writable fields, writes with a partial
+      ``sel``, and any access to an address with no register are answered with ERR.
+
+    Parameters
+    ----------
+    memory_map : MemoryMap
+    addr_width : int
+        Word address bits of the bus; the CSR window is ``4 << addr_width`` bytes.
+
+    Attributes
+    ----------
+    bus : In(wishbone.Signature(addr_width=addr_width))
+    refused : Out(1)
+        Pulses for one cycle (the cycle of the ERR) when a write was refused.
+    refused_addr : Out(addr_width)
+        Word address of the last refused write (valid from the cycle ``refused`` is high).
+    fields : dict of str to dict of str to Signal
+        ``fields[register][field]``, ``Signal(field.width)``. RW: the bank drives it
+        (the field's storage). R: the parent drives it (0 if left undriven). W1: the
+        bank drives a one-cycle pulse of the bits the host wrote as 1, in the cycle of
+        the ACK.
+    read_strobe : dict of str to Signal
+        For registers with ``read_strobe=True``: ``Signal(1)``, high in the cycle the
+        read is answered. The data was taken in the cycle before, so a FIFO popped on
+        the strobe returns its head as it was before the pop.
+    refuse : dict of str to Signal
+        For registers with a writable field: ``Signal(1)``, driven by the parent; while
+        it is high, writes to the register are refused.
+    counters : dict of str to Signal
+        ``Signal(64)`` per counter, driven by the parent with the live count.
+
+    Raises
+    ------
+    TypeError
+        If ``memory_map`` is not a MemoryMap or ``addr_width`` not a positive integer.
+    ValueError
+        If the CSR window holds a memory window, or no register or counter.
+    """
+
+    def __init__(self, memory_map, *, addr_width=10):
+        if not isinstance(memory_map, MemoryMap):
+            raise TypeError(f"memory_map must be a MemoryMap, not {memory_map!r}")
+        if not isinstance(addr_width, int) or isinstance(addr_width, bool) or addr_width < 1:
+            raise TypeError(f"addr_width must be a positive integer, not {addr_width!r}")
+        limit = 4 << addr_width
+        for entry in memory_map.windows():
+            if entry.addr < limit:
+                raise ValueError(f"Window {entry.item.name} at {entry.addr:#x} lies in the "
+                                 f"CSR window [0, {limit:#x})")
+        self._registers = [e for e in memory_map.registers() if e.addr < limit]
+        self._counters = [e for e in memory_map.counters() if e.addr + 8 <= limit]
+        if not self._registers and not self._counters:
+            raise ValueError(f"memory_map must have a register or counter in the CSR "
+                             f"window [0, {limit:#x}), not none")
+
+        self.fields = {}
+        self.read_strobe = {}
+        self.refuse = {}
+        for entry in self._registers:
+            reg = entry.item
+            self.fields[reg.name] = {
+                f.name: Signal(f.width, init=f.init, name=_signal_name("csr", reg.name, f.name))
+                for f in reg.fields
+            }
+            if reg.read_strobe:
+                self.read_strobe[reg.name] = Signal(name=_signal_name("csr", reg.name, "rstb"))
+            if reg.writable:
+                self.refuse[reg.name] = Signal(name=_signal_name("csr", reg.name, "refuse"))
+        self.counters = {e.item.name: Signal(64, name=_signal_name("ctr", e.item.name))
+                         for e in self._counters}
+
+        super().__init__({
+            "bus": In(wishbone.Signature(addr_width=addr_width)),
+            "refused": Out(1),
+            "refused_addr": Out(addr_width),
+        })
+
+    def _read_value(self, reg):
+        """The 32-bit value a read of ``reg`` returns."""
+        return Cat(C(0, f.width) if f.access is Access.W1 else self.fields[reg.name][f.name]
+                   for f in reg.fields)
+
+    def _write(self, m, reg):
+        """Update ``reg``'s fields from the bus data."""
+        for f, offset in reg.field_offsets():
+            if f.access.writable:
+                m.d.sync += self.fields[reg.name][f.name].eq(self.bus.dat_w[offset:offset + f.width])
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+
+        # The high word of the last counter whose LO word was read.
+        shadow = Signal(32)
+
+        m.d.sync += [bus.ack.eq(0), bus.err.eq(0), self.refused.eq(0)]
+        m.d.sync += [strobe.eq(0) for strobe in self.read_strobe.values()]
+        for entry in self._registers:
+            for f in entry.item.fields:
+                if f.access is Access.W1:
+                    m.d.sync += self.fields[entry.item.name][f.name].eq(0)
+
+        def answer_read(value):
+            m.d.sync += [bus.dat_r.eq(value), bus.ack.eq(1)]
+
+        # An access is answered in the cycle after it is seen; the cycle of the answer
+        # is ignored so that the same access is not answered twice.
+        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err):
+            with m.Switch(bus.adr):
+                for entry in self._registers:
+                    reg = entry.item
+                    with m.Case(entry.addr // 4):
+                        with m.If(~bus.we):
+                            answer_read(self._read_value(reg))
+                            if reg.read_strobe:
+                                m.d.sync += self.read_strobe[reg.name].eq(1)
+                        if reg.writable:
+                            with m.Elif(bus.sel != 0b1111):
+                                m.d.sync += bus.err.eq(1)
+                            with m.Elif(self.refuse[reg.name]):
+                                m.d.sync += [bus.err.eq(1), self.refused.eq(1),
+                                             self.refused_addr.eq(bus.adr)]
+                            with m.Else():
+                                m.d.sync += bus.ack.eq(1)
+                                self._write(m, reg)
+                        else:
+                            with m.Else():
+                                m.d.sync += bus.err.eq(1)
+
+                for entry in self._counters:
+                    live = self.counters[entry.item.name]
+                    with m.Case(entry.addr // 4):
+                        with m.If(~bus.we):
+                            answer_read(live[:32])
+                            m.d.sync += shadow.eq(live[32:])
+                        with m.Else():
+                            m.d.sync += bus.err.eq(1)
+                    with m.Case(entry.addr // 4 + 1):
+                        with m.If(~bus.we):
+                            answer_read(shadow)
+                        with m.Else():
+                            m.d.sync += bus.err.eq(1)
+
+                with m.Default():
+                    m.d.sync += bus.err.eq(1)
+
+        return m

@@ -1,0 +1,270 @@
+"""The DMA engine: 2-D strided copies between GMEM and the scratchpad.
+
+One word moves per cycle. A transfer is a two-stage pipeline: the *issue* stage walks
+the 2-D address pattern and reads the source (GMEM for a load, the scratchpad for a
+store); the *write* stage, one cycle later, writes the word it read to the
+destination. Address checks happen where the access is made, so a transfer that
+runs out of its partition or off the end of GMEM stops before it writes anything it
+must not: every word before the faulting one is written, no word after it is.
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from ..kernels.isa import FaultCause
+from .gmem import GmemPortSignature
+from .scratchpad import SpadPortSignature
+
+
+__all__ = ["DmaCommand", "Dma"]
+
+
+class DmaCommand(data.Struct):
+    """One DMA transfer: ``rows`` x ``cols`` words.
+
+    Row ``r``, column ``c`` is GMEM word ``gmem_addr + r * gmem_stride + c`` and
+    scratchpad offset ``spad_addr + r * spad_stride + c`` in partition ``part``.
+    Words move in row-major order.
+    """
+    store:       1    #: 0: GMEM -> scratchpad (load); 1: scratchpad -> GMEM (store)
+    gmem_addr:   24   #: absolute GMEM word address (already relocated)
+    gmem_stride: 16
+    part:        4
+    spad_addr:   16
+    spad_stride: 16
+    rows:        12
+    cols:        12
+
+
+# Wide enough for gmem_addr + 4095 * gmem_stride + 4095 (and the scratchpad
+# equivalent) without wrapping, so an address past the end is seen, not aliased.
+_ADDR_BITS = 32
+
+
+class Dma(wiring.Component):
+    """2-D strided DMA between GMEM and the scratchpad, one word per cycle.
+
+    A command is accepted (``cmd.ready``) only while the engine is idle and not
+    faulted. A transfer of ``rows * cols`` words keeps ``busy`` high for
+    ``rows * cols + 1`` cycles, starting the cycle after the command is accepted; a
+    command with ``rows == 0`` or ``cols == 0`` is accepted and completes at once
+    (``busy`` stays low, no access).
+
+    Faults: for each word, the GMEM address is checked first (``>= gmem_words``:
+    GMEM_RANGE, ``fault_addr`` = the GMEM word address), then the scratchpad access
+    (outside partition ``part``, including offsets ``>= 2**16``: PARTITION,
+    ``fault_addr`` = the offset). The faulting word and every later one are not
+    written; every earlier one is. The engine then stops (``busy`` low) with ``fault``
+    high and the cause latched until ``abort``.
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Attributes
+    ----------
+    cmd : In(stream.Signature(DmaCommand))
+        Commands, valid/ready.
+    gmem : Out(GmemPortSignature(config))
+        To :attr:`GlobalMemory.dma`.
+    spad : Out(SpadPortSignature(config))
+        To a scratchpad access port.
+    busy : Out(1)
+        A transfer is in progress (accepted, not finished, not faulted).
+    word_in : Out(1)
+        Pulse per word written to the scratchpad (load).
+    word_out : Out(1)
+        Pulse per word written to GMEM (store).
+    fault : Out(1)
+        Sticky: the engine stopped on a fault. Cleared by ``abort``.
+    fault_cause : Out(FaultCause)
+        PARTITION or GMEM_RANGE while ``fault``; NONE otherwise.
+    fault_addr : Out(32)
+        Scratchpad offset (PARTITION) or GMEM word address (GMEM_RANGE).
+    fault_part : Out(4)
+        Partition of the faulting transfer.
+    abort : In(1)
+        Drop the current transfer at once (no access is made in this cycle), clear
+        the fault and go idle.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TileConfig`.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        self._config = config
+        super().__init__({
+            "cmd":         In(stream.Signature(DmaCommand)),
+            "gmem":        Out(GmemPortSignature(config)),
+            "spad":        Out(SpadPortSignature(config)),
+            "busy":        Out(1),
+            "word_in":     Out(1),
+            "word_out":    Out(1),
+            "fault":       Out(1),
+            "fault_cause": Out(FaultCause),
+            "fault_addr":  Out(32),
+            "fault_part":  Out(4),
+            "abort":       In(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+
+        running = Signal()      # a transfer is in progress
+        store = Signal()
+        part = Signal(4)
+        gmem_stride = Signal(16)
+        spad_stride = Signal(16)
+        last_row = Signal(12)   # rows - 1
+        last_col = Signal(12)   # cols - 1
+
+        # Issue stage: the word at (row, col).
+        issuing = Signal()
+        row = Signal(12)
+        col = Signal(12)
+        gaddr = Signal(_ADDR_BITS)
+        saddr = Signal(_ADDR_BITS)
+        row_gaddr = Signal(_ADDR_BITS)
+        row_saddr = Signal(_ADDR_BITS)
+
+        # Write stage: the word read by the issue stage in the previous cycle.
+        wvalid = Signal()
+        w_gaddr = Signal(_ADDR_BITS)
+        w_saddr = Signal(_ADDR_BITS)
+
+        m.d.comb += [
+            self.busy.eq(running),
+            self.cmd.ready.eq(~running & ~self.fault & ~self.abort),
+            self.spad.part.eq(part),
+        ]
+
+        def stop(cause, addr):
+            m.d.sync += [
+                running.eq(0),
+                issuing.eq(0),
+                wvalid.eq(0),
+                self.fault.eq(1),
+                self.fault_cause.eq(cause),
+                self.fault_addr.eq(addr),
+                self.fault_part.eq(part),
+            ]
+
+        def advance():
+            m.d.sync += wvalid.eq(1)
+            with m.If(col == last_col):
+                m.d.sync += [
+                    col.eq(0),
+                    row.eq(row + 1),
+                    row_gaddr.eq(row_gaddr + gmem_stride),
+                    row_saddr.eq(row_saddr + spad_stride),
+                    gaddr.eq(row_gaddr + gmem_stride),
+                    saddr.eq(row_saddr + spad_stride),
+                ]
+                with m.If(row == last_row):
+                    m.d.sync += issuing.eq(0)
+            with m.Else():
+                m.d.sync += [
+                    col.eq(col + 1),
+                    gaddr.eq(gaddr + 1),
+                    saddr.eq(saddr + 1),
+                ]
+
+        gmem_oob = gaddr >= cfg.gmem_words
+        # The scratchpad port has 16-bit offsets; anything wider is outside every
+        # partition (lengths are 16-bit).
+        spad_oob = saddr[16:] != 0
+        w_spad_oob = w_saddr[16:] != 0
+
+        with m.If(self.abort):
+            m.d.sync += [
+                running.eq(0),
+                issuing.eq(0),
+                wvalid.eq(0),
+                self.fault.eq(0),
+                self.fault_cause.eq(FaultCause.NONE),
+            ]
+
+        with m.Elif(self.cmd.valid & self.cmd.ready):
+            p = self.cmd.payload
+            empty = (p.rows == 0) | (p.cols == 0)
+            m.d.sync += [
+                running.eq(~empty),
+                issuing.eq(~empty),
+                wvalid.eq(0),
+                store.eq(p.store),
+                part.eq(p.part),
+                gmem_stride.eq(p.gmem_stride),
+                spad_stride.eq(p.spad_stride),
+                last_row.eq(p.rows - 1),
+                last_col.eq(p.cols - 1),
+                row.eq(0),
+                col.eq(0),
+                gaddr.eq(p.gmem_addr),
+                row_gaddr.eq(p.gmem_addr),
+                saddr.eq(p.spad_addr),
+                row_saddr.eq(p.spad_addr),
+            ]
+
+        with m.Elif(running & ~store):
+            # Load. Write stage first: it holds the earlier word, so its fault wins.
+            write_fault = Signal()
+            m.d.comb += [
+                self.spad.offset.eq(w_saddr),
+                self.spad.we.eq(1),
+                self.spad.wdata.eq(self.gmem.rdata),
+            ]
+            with m.If(wvalid):
+                m.d.comb += [
+                    self.spad.en.eq(~w_spad_oob),
+                    write_fault.eq(w_spad_oob | self.spad.fault),
+                    self.word_in.eq(~write_fault),
+                ]
+            m.d.sync += wvalid.eq(0)
+            m.d.comb += self.gmem.raddr.eq(gaddr)
+            with m.If(write_fault):
+                stop(FaultCause.PARTITION, w_saddr)
+            with m.Elif(issuing):
+                with m.If(gmem_oob):
+                    stop(FaultCause.GMEM_RANGE, gaddr)
+                with m.Else():
+                    m.d.comb += self.gmem.re.eq(1)
+                    m.d.sync += w_saddr.eq(saddr)
+                    advance()
+            with m.Elif(wvalid):
+                m.d.sync += running.eq(0)       # the last word is written this cycle
+
+        with m.Elif(running & store):
+            # Store. The write stage holds a word already checked: it always completes.
+            m.d.comb += [
+                self.gmem.waddr.eq(w_gaddr),
+                self.gmem.wdata.eq(self.spad.rdata),
+                self.gmem.we.eq(wvalid),
+                self.word_out.eq(wvalid),
+                self.spad.offset.eq(saddr),
+                self.spad.we.eq(0),
+            ]
+            m.d.sync += wvalid.eq(0)
+            with m.If(issuing):
+                m.d.comb += self.spad.en.eq(~gmem_oob & ~spad_oob)
+                with m.If(gmem_oob):
+                    stop(FaultCause.GMEM_RANGE, gaddr)
+                with m.Elif(spad_oob | self.spad.fault):
+                    stop(FaultCause.PARTITION, saddr)
+                with m.Else():
+                    m.d.sync += w_gaddr.eq(gaddr)
+                    advance()
+            with m.Else():
+                m.d.sync += running.eq(0)       # the last word is written this cycle
+
+        return m

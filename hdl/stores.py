@@ -1,0 +1,248 @@
+"""Instruction stores: the two plan banks and the kernel slots.
+
+Both are memories with a 32-bit host window (for loading programs) and a read port
+for the control unit. The host writes whole 32-bit words only; a write the running
+program could observe half-done (the active plan bank, the executing kernel slot) is
+refused with ERR and reported on ``refused``.
+"""
+
+from amaranth.hdl import Module, Signal, Cat, Mux
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS
+from . import wishbone
+
+
+__all__ = ["PlanStore", "KernelStore"]
+
+
+def _check_config(config):
+    if not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a TileConfig, not {config!r}")
+
+
+def _log2_ceil(n):
+    return (n - 1).bit_length()
+
+
+class _InstructionWindow:
+    """Decoding shared by both stores: a host window of ``units`` regions (banks,
+    slots), each ``span_words`` 32-bit words long (a power of two) and holding
+    ``depth`` instructions of ``instr_words`` 32-bit words each."""
+
+    def __init__(self, *, units, depth, instr_words):
+        self.units = units
+        self.depth = depth
+        self.instr_words = instr_words
+        self.word_bits = _log2_ceil(instr_words)        # 32-bit word within an instruction
+        self.index_bits = _log2_ceil(depth)             # instruction within a region
+        self.span_words = 1 << (self.word_bits + self.index_bits)
+        self.unit_bits = _log2_ceil(units)
+        self.addr_width = self.word_bits + self.index_bits + self.unit_bits
+
+    def split(self, adr):
+        """(32-bit word within the instruction, instruction index, region) of ``adr``."""
+        w, i = self.word_bits, self.index_bits
+        return adr[:w], adr[w:w + i], adr[w + i:]
+
+
+class _StoreBase(wiring.Component):
+    """Host window + control-unit read port over one memory; subclasses say which
+    writes are refused."""
+
+    def _elaborate_store(self, m, window, instr_bits, refuse, rd_addr, rd_en, rd_data):
+        bus = self.bus
+        m.submodules.mem = mem = Memory(shape=instr_bits, depth=window.units * window.depth,
+                                        init=[])
+        host_w = mem.write_port(granularity=32)
+        host_r = mem.read_port()
+        ctrl_r = mem.read_port()
+
+        word, index, unit = window.split(bus.adr)
+        answered = bus.ack | bus.err
+        access = bus.cyc & bus.stb & ~answered
+        # Regions are powers of two long, so the instruction index never exceeds the
+        # depth; only the region number can be out of range (kernel_slots not a
+        # power of two).
+        in_range = unit < window.units
+        mem_addr = Cat(index, unit)
+        write = access & bus.we
+        write_ok = write & in_range & (bus.sel == 0xF) & ~refuse(unit)
+
+        m.d.comb += [
+            host_w.addr.eq(mem_addr),
+            host_w.data.eq(Cat(bus.dat_w for _ in range(window.instr_words))),
+            host_r.addr.eq(mem_addr),
+            host_r.en.eq(access & ~bus.we & in_range),
+        ]
+        with m.If(write_ok):
+            m.d.comb += host_w.en.eq(1 << word)
+
+        ok = Mux(bus.we, write_ok, in_range)
+        m.d.sync += [
+            bus.ack.eq(access & ok),
+            bus.err.eq(access & ~ok),
+            # Only writes that are in range, whole-word, and refused by policy count:
+            # malformed accesses are plain bus errors.
+            self.refused.eq(write & in_range & (bus.sel == 0xF) & refuse(unit)),
+        ]
+        read_word = Signal(max(window.word_bits, 1))
+        with m.If(access):
+            m.d.sync += read_word.eq(word)
+        m.d.comb += bus.dat_r.eq(host_r.data.word_select(read_word, 32))
+
+        m.d.comb += [
+            ctrl_r.addr.eq(rd_addr),
+            ctrl_r.en.eq(rd_en),
+            rd_data.eq(ctrl_r.data),
+        ]
+
+
+class PlanStore(_StoreBase):
+    """The two plan banks: one memory of ``2 * plan_depth`` 64-bit plan instructions,
+    the bank being the top address bit.
+
+    Host window (mapped at PLAN_BASE, ``2 * span`` bytes, ``span =
+    pow2ceil(plan_depth * 8)``): word ``2*i`` of a bank is bits [31:0] of its
+    instruction ``i``, word ``2*i + 1`` bits [63:32]. Reads are allowed at any time.
+    Writes with ``sel != 0xF``, and writes to the active bank, are answered with ERR
+    and leave the memory unchanged; the latter also pulse ``refused`` (in the cycle
+    of the ERR). Every access is answered one cycle after ``stb`` is seen.
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Attributes
+    ----------
+    bus : In(wishbone.Signature(addr_width=log2(plan_depth) + 2))
+        Host window, word address relative to PLAN_BASE.
+    active_bank : In(1)
+        Bank the control unit runs: host writes to it are refused.
+    refused : Out(1)
+        One-cycle pulse per refused write, aligned with its ERR.
+    rd_bank : In(1)
+    rd_pc : In(range(plan_depth))
+    rd_en : In(1)
+        Read instruction ``rd_pc`` of bank ``rd_bank``.
+    rd_data : Out(64)
+        The instruction read, valid the cycle after ``rd_en`` (not held otherwise).
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TileConfig`.
+    """
+
+    def __init__(self, config):
+        _check_config(config)
+        self._config = config
+        self._window = _InstructionWindow(units=2, depth=config.plan_depth,
+                                          instr_words=PLAN_INSTR_BITS // 32)
+        super().__init__({
+            "bus":         In(wishbone.Signature(addr_width=self._window.addr_width)),
+            "active_bank": In(1),
+            "refused":     Out(1),
+            "rd_bank":     In(1),
+            "rd_pc":       In(range(config.plan_depth)),
+            "rd_en":       In(1),
+            "rd_data":     Out(PLAN_INSTR_BITS),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def span(self):
+        """Bytes of one bank's window."""
+        return self._window.span_words * 4
+
+    def elaborate(self, platform):
+        m = Module()
+        pc = Signal(self._window.index_bits)
+        m.d.comb += pc.eq(self.rd_pc)
+        self._elaborate_store(m, self._window, PLAN_INSTR_BITS,
+                              refuse=lambda bank: bank == self.active_bank,
+                              rd_addr=Cat(pc, self.rd_bank), rd_en=self.rd_en,
+                              rd_data=self.rd_data)
+        return m
+
+
+class KernelStore(_StoreBase):
+    """The kernel slots: one memory of ``kernel_slots * slot_depth`` 128-bit
+    micro-instructions, the slot index being the top address bits.
+
+    Host window (mapped at SLOT_BASE; slot ``k`` at ``k * span``, ``span =
+    pow2ceil(slot_depth * 16)`` bytes): words ``4*i .. 4*i + 3`` of a slot are
+    micro-instruction ``i``, least significant word first. Reads are allowed at any
+    time. Accesses to slots ``>= kernel_slots`` and writes with ``sel != 0xF`` are
+    answered with ERR; while ``lock`` is high, writes to slot ``locked_slot`` are
+    answered with ERR, leave the memory unchanged and pulse ``refused``. Every access
+    is answered one cycle after ``stb`` is seen.
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Attributes
+    ----------
+    bus : In(wishbone.Signature(addr_width=log2(slot_depth) + 2 + ceil_log2(kernel_slots)))
+        Host window, word address relative to SLOT_BASE.
+    lock : In(1)
+    locked_slot : In(4)
+        While ``lock``, host writes to ``locked_slot`` are refused (the executing slot).
+    refused : Out(1)
+        One-cycle pulse per refused write, aligned with its ERR.
+    rd_slot : In(4)
+    rd_upc : In(range(slot_depth))
+    rd_en : In(1)
+        Read micro-instruction ``rd_upc`` of slot ``rd_slot`` (which must be
+        ``< kernel_slots``; other slots read undefined data).
+    rd_data : Out(128)
+        The micro-instruction read, valid the cycle after ``rd_en`` (not held otherwise).
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TileConfig`.
+    """
+
+    def __init__(self, config):
+        _check_config(config)
+        self._config = config
+        self._window = _InstructionWindow(units=config.kernel_slots, depth=config.slot_depth,
+                                          instr_words=MICRO_INSTR_BITS // 32)
+        super().__init__({
+            "bus":         In(wishbone.Signature(addr_width=self._window.addr_width)),
+            "lock":        In(1),
+            "locked_slot": In(4),
+            "refused":     Out(1),
+            "rd_slot":     In(4),
+            "rd_upc":      In(range(config.slot_depth)),
+            "rd_en":       In(1),
+            "rd_data":     Out(MICRO_INSTR_BITS),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def span(self):
+        """Bytes of one slot's window."""
+        return self._window.span_words * 4
+
+    def elaborate(self, platform):
+        m = Module()
+        upc = Signal(self._window.index_bits)
+        m.d.comb += upc.eq(self.rd_upc)
+        slot_bits = self._window.unit_bits
+        self._elaborate_store(m, self._window, MICRO_INSTR_BITS,
+                              refuse=lambda slot: self.lock & (slot == self.locked_slot),
+                              rd_addr=Cat(upc, self.rd_slot[:slot_bits]), rd_en=self.rd_en,
+                              rd_data=self.rd_data)
+        return m

@@ -1,0 +1,224 @@
+"""The fusetile tile: everything behind one Wishbone register interface."""
+
+from amaranth.hdl import Module, Signal, Const
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from . import wishbone
+from .regmap import (tile_memory_map, hwcfg_values, COUNTERS, SLOT_COUNTERS, ADDR_WIDTH,
+                     CSR_BASE, CSR_SPAN, PLAN_BASE, SLOT_BASE, GMEM_BASE, GMEM_SPAN)
+from .csr import CsrBank
+from .counters import PerfCounters
+from .trace import TraceFifo
+from .gmem import GlobalMemory
+from .scratchpad import Scratchpad
+from .dma import Dma
+from .stores import PlanStore, KernelStore
+from .control import ControlUnit
+
+
+__all__ = ["Tile"]
+
+
+def _pow2_ceil(n):
+    return 1 << (n - 1).bit_length()
+
+
+class Tile(wiring.Component):
+    """One NPU tile.
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Attributes
+    ----------
+    bus : In(wishbone.Signature(addr_width=19))
+        Register interface (word addresses; see ``docs/registers.md``).
+    irq : Out(1)
+        High while an enabled interrupt condition holds (fault, done).
+    """
+
+    def __init__(self, config=None):
+        if config is None:
+            config = TileConfig()
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        self.config = config
+        self.memory_map = tile_memory_map(config)
+        super().__init__({
+            "bus": In(wishbone.Signature(addr_width=ADDR_WIDTH - 2)),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        mm = self.memory_map
+
+        m.submodules.csr = csr = CsrBank(mm, addr_width=(CSR_SPAN // 4).bit_length() - 1)
+        m.submodules.gmem = gmem = GlobalMemory(cfg)
+        m.submodules.spad = spad = Scratchpad(cfg)
+        m.submodules.dma = dma = Dma(cfg)
+        m.submodules.plans = plans = PlanStore(cfg)
+        m.submodules.kernels = kernels = KernelStore(cfg)
+        m.submodules.control = ctrl = ControlUnit(cfg)
+        m.submodules.trace = trace = TraceFifo(cfg.trace_depth)
+        counter_names = [e.item.name for e in mm.counters()]
+        m.submodules.counters = counters = PerfCounters(counter_names)
+
+        # -- bus fabric -------------------------------------------------------------
+        plan_span = mm["PLAN[1]"].addr - mm["PLAN[0]"].addr
+        slot_span = mm["KERNEL[0]"].item.span
+        m.submodules.decoder = dec = wishbone.Decoder(addr_width=ADDR_WIDTH - 2)
+        dec.add("csr", addr=CSR_BASE, size=CSR_SPAN)
+        dec.add("plan", addr=PLAN_BASE, size=2 * plan_span)
+        dec.add("kernel", addr=SLOT_BASE, size=_pow2_ceil(cfg.kernel_slots * slot_span))
+        dec.add("gmem", addr=GMEM_BASE, size=GMEM_SPAN)
+        wiring.connect(m, wiring.flipped(self.bus), dec.bus)
+        wiring.connect(m, dec.sub("csr"), csr.bus)
+        wiring.connect(m, dec.sub("plan"), plans.bus)
+        wiring.connect(m, dec.sub("kernel"), kernels.bus)
+        wiring.connect(m, dec.sub("gmem"), gmem.bus)
+
+        # -- datapath -----------------------------------------------------------------
+        wiring.connect(m, dma.gmem, gmem.dma)
+        wiring.connect(m, dma.spad, spad.dma)
+        wiring.connect(m, ctrl.dma_cmd, dma.cmd)
+        m.d.comb += [
+            ctrl.dma_busy.eq(dma.busy),
+            ctrl.dma_fault.eq(dma.fault),
+            ctrl.dma_fault_cause.eq(dma.fault_cause),
+            ctrl.dma_fault_addr.eq(dma.fault_addr),
+            ctrl.dma_fault_part.eq(dma.fault_part),
+            ctrl.dma_word_in.eq(dma.word_in),
+            ctrl.dma_word_out.eq(dma.word_out),
+            dma.abort.eq(ctrl.dma_abort),
+
+            plans.rd_bank.eq(ctrl.plan_rd_bank),
+            plans.rd_pc.eq(ctrl.plan_rd_pc),
+            plans.rd_en.eq(1),
+            ctrl.plan_rd_data.eq(plans.rd_data),
+            plans.active_bank.eq(ctrl.active_bank),
+
+            kernels.rd_slot.eq(ctrl.kern_rd_slot),
+            kernels.rd_upc.eq(ctrl.kern_rd_upc),
+            kernels.rd_en.eq(1),
+            ctrl.kern_rd_data.eq(kernels.rd_data),
+            kernels.lock.eq(ctrl.in_kernel),
+            kernels.locked_slot.eq(ctrl.slot),
+
+            trace.push.eq(ctrl.trace_push),
+            trace.record.eq(ctrl.trace_record),
+            ctrl.cycles.eq(counters.value["CYCLES"][:32]),
+        ]
+
+        # -- registers ------------------------------------------------------------------
+        f = csr.fields
+
+        for name, value in hwcfg_values(cfg).items():
+            for field, offset in mm[name].item.field_offsets():
+                m.d.comb += f[name][field.name].eq((value >> offset) & ((1 << field.width) - 1))
+
+        m.d.comb += [
+            ctrl.start.eq(f["CTRL"]["start"]),
+            ctrl.swap.eq(f["CTRL"]["swap"]),
+            ctrl.clear_fault.eq(f["CTRL"]["clear_fault"]),
+            ctrl.abort.eq(f["CTRL"]["abort"]),
+            ctrl.watchdog_limit.eq(f["WATCHDOG"]["limit"]),
+
+            f["STATUS"]["running"].eq(ctrl.running),
+            f["STATUS"]["done"].eq(ctrl.done),
+            f["STATUS"]["faulted"].eq(ctrl.faulted),
+            f["STATUS"]["active_bank"].eq(ctrl.active_bank),
+            f["STATUS"]["swap_pending"].eq(ctrl.swap_pending),
+            f["STATUS"]["dma_busy"].eq(dma.busy),
+            f["STATUS"]["in_kernel"].eq(ctrl.in_kernel),
+            f["STATUS"]["slot"].eq(ctrl.slot),
+            f["MARK"]["value"].eq(ctrl.mark),
+            f["PC"]["plan"].eq(ctrl.plan_pc),
+            f["PC"]["micro"].eq(ctrl.micro_pc),
+
+            f["FAULT"]["cause"].eq(ctrl.fault_cause),
+            f["FAULT"]["bank"].eq(ctrl.fault_bank),
+            f["FAULT"]["in_kernel"].eq(ctrl.fault_in_kernel),
+            f["FAULT"]["slot"].eq(ctrl.fault_slot),
+            f["FAULT"]["part"].eq(ctrl.fault_part),
+            f["FAULT_PC"]["plan"].eq(ctrl.fault_pc),
+            f["FAULT_PC"]["micro"].eq(ctrl.fault_upc),
+            f["FAULT_ADDR"]["addr"].eq(ctrl.fault_addr),
+
+            self.irq.eq((f["IRQ_ENABLE"]["done"] & ctrl.done) |
+                        (f["IRQ_ENABLE"]["fault"] & ctrl.faulted)),
+
+            f["TRACE_STATUS"]["level"].eq(trace.level),
+            f["TRACE_STATUS"]["dropped"].eq(trace.dropped),
+            f["TRACE_DATA"]["data"].eq(trace.data),
+            trace.read.eq(csr.read_strobe["TRACE_DATA"]),
+        ]
+
+        # Partition and slot tables. The entries a running kernel depends on cannot be
+        # rewritten under it: such writes are refused like writes to an executing slot.
+        executing_part = Signal(4)
+        m.d.comb += executing_part.eq(ctrl.slot_part[ctrl.slot])
+        for i in range(cfg.partitions):
+            m.d.comb += [
+                spad.part_base[i].eq(f[f"PART[{i}]"]["base"]),
+                spad.part_len[i].eq(f[f"PART[{i}]"]["length"]),
+                csr.refuse[f"PART[{i}]"].eq(ctrl.in_kernel & (executing_part == i)),
+            ]
+        for i in range(cfg.kernel_slots):
+            m.d.comb += [
+                ctrl.slot_valid[i].eq(f[f"SLOT[{i}]"]["valid"]),
+                ctrl.slot_part[i].eq(f[f"SLOT[{i}]"]["part"]),
+                csr.refuse[f"SLOT[{i}]"].eq(ctrl.in_kernel & (ctrl.slot == i)),
+            ]
+
+        # -- refused writes -------------------------------------------------------------
+        refused = Signal()
+        m.d.comb += refused.eq(csr.refused | plans.refused | kernels.refused)
+        refused_addr = Signal(32)
+        with m.If(refused):
+            # Classic Wishbone holds the address until the access is answered.
+            m.d.sync += refused_addr.eq(self.bus.adr << 2)
+        m.d.comb += f["REFUSED_ADDR"]["addr"].eq(refused_addr)
+
+        # -- performance counters -------------------------------------------------------
+        ev = ctrl.events
+        m.d.comb += [
+            counters.freeze.eq(f["PERF_CTRL"]["freeze"]),
+            counters.clear.eq(f["PERF_CTRL"]["clear"]),
+        ]
+        increments = {
+            "cycles":         Const(1),
+            "active_cycles":  ev.active,
+            "dma_busy":       dma.busy,
+            "mac_busy":       Const(0),
+            "vec_busy":       Const(0),
+            "stall_dma":      ev.stall_dma,
+            "dma_bytes_in":   dma.word_in * cfg.word_bytes,
+            "dma_bytes_out":  dma.word_out * cfg.word_bytes,
+            "plan_retired":   ev.plan_retired,
+            "micro_retired":  ev.micro_retired,
+            "kernel_calls":   ev.call_done,
+            "inferences":     ev.inference,
+            "swaps":          ev.swap,
+            "faults":         ev.fault,
+            "refused_writes": refused,
+        }
+        assert set(increments) == {name for name, _ in COUNTERS}
+        for name, inc in increments.items():
+            m.d.comb += counters.inc[name.upper()].eq(inc)
+        if cfg.slot_counters:
+            for s in range(cfg.kernel_slots):
+                here = ctrl.in_kernel & (ctrl.slot == s)
+                m.d.comb += [
+                    counters.inc[f"SLOT_CALLS[{s}]"].eq(ev.call_done & (ctrl.slot == s)),
+                    counters.inc[f"SLOT_CYCLES[{s}]"].eq(here),
+                ]
+            assert {n for n, _ in SLOT_COUNTERS} == {"calls", "cycles"}
+        for name in counter_names:
+            m.d.comb += csr.counters[name].eq(counters.value[name])
+
+        return m

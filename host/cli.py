@@ -1,0 +1,217 @@
+"""The ``fusetile`` command line.
+
+Each subcommand is one function registered with :func:`command`; it receives the
+parsed arguments and an :class:`Output` and returns an exit status (``None`` = 0).
+Every command takes ``--json``. Errors print one line to stderr and exit non-zero
+(``--traceback`` shows the whole story)::
+
+    @command("bench", "measure cycles per inference", [
+        arg("--target", default="amaranth", help="..."),
+    ])
+    def bench(args, out):
+        ...
+        out.result({"cycles": n}, human=lambda console: console.print(...))
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..kernels.config import TileConfig
+from ..hdl import regmap
+from . import regmap_docs
+from .transport import TransportError, open_transport, transport_names
+
+
+__all__ = ["main", "command", "arg", "Output", "CommandError"]
+
+
+class CommandError(Exception):
+    """A user-facing error: printed as one line, exit status 1."""
+
+
+_COMMANDS = {}
+
+
+def arg(*names, **kwargs):
+    """An ``argparse`` argument declaration for :func:`command`."""
+    return names, kwargs
+
+
+def command(name, help, arguments=()):
+    """Register ``func(args, out)`` as the subcommand ``name``."""
+    def decorator(func):
+        _COMMANDS[name] = (func, help, list(arguments))
+        return func
+    return decorator
+
+
+class Output:
+    """Where a command's result goes: JSON or human-readable text on stdout."""
+
+    def __init__(self, json_mode, stream=None):
+        self.json = json_mode
+        self.stream = stream if stream is not None else sys.stdout
+
+    def console(self):
+        from rich.console import Console
+        return Console(file=self.stream, highlight=False, soft_wrap=True)
+
+    def result(self, data, *, human):
+        """Emit ``data`` as JSON, or call ``human(console)`` to print it for people."""
+        if self.json:
+            self.stream.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        else:
+            human(self.console())
+
+    def text(self, text):
+        self.stream.write(text)
+
+
+def _parse_config(text):
+    """``--config``: a JSON object of TileConfig fields, or a path to a JSON file."""
+    if text is None:
+        return None
+    try:
+        source = text if text.lstrip().startswith("{") else Path(text).read_text()
+        values = json.loads(source)
+        return TileConfig.from_dict(values)
+    except OSError as e:
+        raise CommandError(f"cannot read configuration {text!r}: {e.strerror}") from e
+    except (json.JSONDecodeError, TypeError, ValueError) as e:
+        raise CommandError(f"bad configuration {text!r}: {e}") from e
+
+
+_CONFIG_ARG = arg("--config", metavar="JSON|FILE",
+                  help="tile configuration: a JSON object of TileConfig fields or a JSON "
+                       "file (default: TileConfig())")
+
+
+def _open_target(target, config):
+    kwargs = {} if config is None else {"config": config}
+    try:
+        return open_transport(target, **kwargs)
+    except ValueError as e:
+        raise CommandError(str(e)) from e
+    except TransportError as e:
+        raise CommandError(f"cannot open target {target!r}: {e}") from e
+
+
+# -- regmap ----------------------------------------------------------------------------
+
+@command("regmap", "print the register map (Markdown, C header or JSON)", [
+    arg("--markdown", dest="format", action="store_const", const="markdown",
+        help="Markdown, as in docs/registers.md (the default)"),
+    arg("--c-header", dest="format", action="store_const", const="c_header",
+        help="C header, as in docs/fusetile_regs.h"),
+    arg("--output", "-o", metavar="FILE", help="write to FILE instead of stdout"),
+    _CONFIG_ARG,
+])
+def regmap_command(args, out):
+    config = _parse_config(args.config) or TileConfig()
+    if out.json:
+        text = json.dumps(regmap_docs.as_dict(config), indent=2) + "\n"
+    elif args.format == "c_header":
+        text = regmap_docs.c_header(config)
+    else:
+        text = regmap_docs.markdown(config)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8", newline="\n")
+        except OSError as e:
+            raise CommandError(f"cannot write {args.output}: {e.strerror}") from e
+    else:
+        out.text(text)
+
+
+# -- info ---------------------------------------------------------------------------------
+
+@command("info", "read the hardware profile from a tile", [
+    arg("--target", "-t", default="amaranth",
+        help=f"transport to the tile, NAME or NAME:ARG (known: {', '.join(transport_names())}; "
+             f"default: amaranth)"),
+    _CONFIG_ARG,
+])
+def info_command(args, out):
+    from .device import Device
+
+    config = _parse_config(args.config)
+    with _open_target(args.target, config) as transport:
+        try:
+            device = Device(transport)
+            version = ".".join(str(v) for v in device.version())
+        except TransportError as e:
+            raise CommandError(f"the tile on {args.target!r} does not answer: {e}") from e
+        except ValueError as e:
+            raise CommandError(f"no fusetile on {args.target!r}: {e}") from e
+    profile = device.config
+    mm = device.memory_map
+    regions = {"CSR": regmap.CSR_BASE}
+    regions.update((e.item.name, e.addr) for e in mm.windows())
+    data = {
+        "target": args.target,
+        "config": profile.as_dict(),
+        "profile_hash": profile.profile_hash,
+        "version": version,
+        "memory_map": regions,
+    }
+
+    def human(console):
+        from rich.table import Table
+        table = Table(title=f"fusetile on {args.target}", show_header=True)
+        table.add_column("Parameter")
+        table.add_column("Value", justify="right")
+        table.add_row("version", version)
+        table.add_row("profile hash", profile.profile_hash)
+        for key, value in profile.as_dict().items():
+            table.add_row(key, str(value))
+        console.print(table)
+        regions_table = Table(title="Memory map", show_header=True)
+        regions_table.add_column("Region")
+        regions_table.add_column("Base", justify="right")
+        for name, base in regions.items():
+            regions_table.add_row(name, f"{base:#010x}")
+        console.print(regions_table)
+
+    out.result(data, human=human)
+
+
+# -- entry point ---------------------------------------------------------------------------
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="fusetile", description="fusetile: an NPU tile that fuses kernels while it runs")
+    parser.add_argument("--traceback", action="store_true",
+                        help="show the full traceback on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (func, help, arguments) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help, description=help)
+        for names, kwargs in arguments:
+            p.add_argument(*names, **kwargs)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv=None):
+    """Run the ``fusetile`` command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = Output(args.json)
+    try:
+        return args.func(args, out) or 0
+    except KeyboardInterrupt:
+        print("fusetile: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if args.traceback:
+            raise
+        message = str(e) if isinstance(e, (CommandError, TransportError)) else \
+            f"{type(e).__name__}: {e}"
+        print(f"fusetile {args.command}: error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

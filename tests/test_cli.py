@@ -1,0 +1,140 @@
+"""The `fusetile` command line, through main([...])."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fusetile.kernels.config import TileConfig
+from fusetile.hdl import regmap
+from fusetile.host import transport as transport_mod
+from fusetile.host.transport import register_transport
+from fusetile.host.amaranth_sim import AmaranthTransport
+from fusetile.host.regmap_docs import markdown, c_header
+from fusetile.host.cli import main
+
+from test_transport import StandInTile, RamTransport
+from test_device import FakeTile
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.fixture
+def targets(monkeypatch):
+    """Test targets: `standin` (Amaranth stand-in), `fake` (Python model), `dead`
+    (a bus where nothing answers)."""
+    monkeypatch.setattr(transport_mod, "_registry", dict(transport_mod._registry))
+
+    @register_transport("standin")
+    class StandIn(AmaranthTransport):
+        def __init__(self, config=TileConfig(), **kwargs):
+            super().__init__(config, top=StandInTile(config), **kwargs)
+
+    @register_transport("fake")
+    class Fake(FakeTile):
+        def __init__(self, config=TileConfig()):
+            super().__init__(config)
+
+    @register_transport("dead")
+    class Dead(RamTransport):
+        def __init__(self):
+            super().__init__(err_from=0)
+
+
+def test_regmap_markdown_to_stdout_matches_docs(capsys):
+    assert main(["regmap"]) == 0
+    out = capsys.readouterr().out
+    assert out == markdown(TileConfig())
+    assert out == (DOCS / "registers.md").read_text()
+    assert main(["regmap", "--markdown"]) == 0
+    assert capsys.readouterr().out == out
+
+
+def test_regmap_c_header_to_file(tmp_path, capsys):
+    path = tmp_path / "regs.h"
+    assert main(["regmap", "--c-header", "--output", str(path)]) == 0
+    assert capsys.readouterr().out == ""
+    assert path.read_bytes() == c_header(TileConfig()).encode()
+    assert path.read_text() == (DOCS / "fusetile_regs.h").read_text()
+
+
+def test_regmap_json_and_config(capsys):
+    config = TileConfig(kernel_slots=2)
+    assert main(["regmap", "--json", "--config", json.dumps({"kernel_slots": 2})]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["config"] == config.as_dict()
+    assert sum(w["name"].startswith("KERNEL") for w in data["windows"]) == 2
+
+
+def test_regmap_bad_config(capsys):
+    assert main(["regmap", "--config", '{"rows": 0}']) == 1
+    err = capsys.readouterr().err
+    assert err == ("fusetile regmap: error: bad configuration '{\"rows\": 0}': "
+                   "rows must be between 1 and 64, not 0\n")
+    assert main(["regmap", "--config", "/no/such/file.json"]) == 1
+    assert "cannot read configuration" in capsys.readouterr().err
+
+
+def test_info_json_on_stand_in(targets, capsys):
+    assert main(["info", "--target", "standin", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    config = TileConfig()
+    assert data["target"] == "standin"
+    assert data["config"] == config.as_dict()
+    assert data["profile_hash"] == config.profile_hash
+    assert data["version"] == ".".join(map(str, regmap.VERSION))
+    assert data["memory_map"]["CSR"] == regmap.CSR_BASE
+    assert data["memory_map"]["GMEM"] == regmap.GMEM_BASE
+    assert data["memory_map"]["PLAN[1]"] == regmap.tile_memory_map(config).addr("PLAN[1]")
+
+
+def test_info_reads_profile_from_the_tile(targets, capsys):
+    small = TileConfig(rows=4, cols=4, kernel_slots=2)
+    assert main(["info", "-t", "standin", "--json", "--config", json.dumps(small.as_dict())]) == 0
+    assert json.loads(capsys.readouterr().out)["config"] == small.as_dict()
+
+
+def test_info_human_table(targets, capsys):
+    assert main(["info", "--target", "fake"]) == 0
+    out = capsys.readouterr().out
+    assert "fusetile on fake" in out
+    assert TileConfig().profile_hash in out
+    assert "kernel_slots" in out and "0x00100000" in out
+
+
+def test_info_unknown_target(capsys):
+    assert main(["info", "--target", "nope"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err
+    assert err.startswith("fusetile info: error: Unknown transport 'nope'; known transports: ")
+    assert "amaranth" in err and err.count("\n") == 1
+
+
+def test_info_tile_not_answering(targets, capsys):
+    assert main(["info", "--target", "dead"]) == 1
+    err = capsys.readouterr().err
+    assert err == ("fusetile info: error: the tile on 'dead' does not answer: "
+                   "bus error: read from 0x00000000\n")
+
+
+def test_every_command_has_json(capsys):
+    from fusetile.host.cli import _COMMANDS
+    for name in _COMMANDS:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        assert "--json" in capsys.readouterr().out
+
+
+def test_usage_error_exits_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main([])
+    assert info.value.code == 2
+
+
+def test_info_on_real_tile(capsys):
+    pytest.importorskip("fusetile.hdl.tile")
+    assert main(["info", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["target"] == "amaranth" and data["config"] == TileConfig().as_dict()

@@ -1,0 +1,335 @@
+import pytest
+
+from amaranth.back import rtlil, verilog
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+from amaranth.sim import Simulator
+
+from fusetile.hdl import wishbone
+from fusetile.hdl.csr import CsrBank
+from fusetile.hdl.wishbone import Decoder
+from fusetile.hdl.registers import Access, Field, MemoryMap, Register, Window
+from fusetile.hdl.regmap import tile_memory_map
+from fusetile.kernels.config import TileConfig
+from fusetile.kernels.isa import FaultCause
+
+from wb_helpers import raises_in_constructor, wb_read, wb_write
+
+
+MM = tile_memory_map(TileConfig())
+
+
+def word(name, hi=False):
+    """Word address of register ``name`` (or of a counter's LO / HI word)."""
+    return MM.addr(name) // 4 + int(hi)
+
+
+def reg(name):
+    return MM[name].item
+
+
+def run(dut, bench, *, monitors=(), vcd=None):
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    for monitor in monitors:
+        sim.add_testbench(monitor, background=True)
+    sim.add_testbench(bench)
+    if vcd:
+        with sim.write_vcd(vcd):
+            sim.run()
+    else:
+        sim.run()
+
+
+def pulse_monitor(signals, log):
+    """A background testbench appending ``(cycle, name)`` for every cycle a signal is high."""
+    async def monitor(ctx):
+        cycle = 0
+        while True:
+            await ctx.tick()
+            cycle += 1
+            for name, sig in signals.items():
+                if ctx.get(sig):
+                    log.append((cycle, name))
+    return monitor
+
+
+def test_takes_csr_window_entries():
+    bank = CsrBank(MM)
+    bank._MustUse__silence = True
+    assert set(bank.fields) == {e.item.name for e in MM.registers()}
+    assert set(bank.counters) == {e.item.name for e in MM.counters()}
+    assert "CYCLES" in bank.counters and "SLOT_CALLS[2]" in bank.counters
+    assert set(bank.read_strobe) == {"TRACE_DATA"}
+    assert set(bank.refuse) == {e.item.name for e in MM.registers() if e.item.writable}
+    assert "STATUS" not in bank.refuse and "SLOT[3]" in bank.refuse
+    assert len(bank.fields["PART[3]"]["base"]) == 16
+    assert all(len(c) == 64 for c in bank.counters.values())
+    assert len(bank.refused_addr) == 10
+
+    small = CsrBank(MM, addr_width=6)       # 256 bytes: identity .. trace only
+    small._MustUse__silence = True
+    assert "TRACE_DATA" in small.fields and "PART[0]" not in small.fields
+    assert small.counters == {}
+
+
+def test_elaborates_to_rtlil():
+    rtlil.convert(CsrBank(MM))
+
+
+def test_rw_storage_and_init():
+    bank = CsrBank(MM)
+
+    async def bench(ctx):
+        assert ctx.get(bank.fields["IRQ_ENABLE"]["fault"]) == 1
+        assert await wb_read(ctx, bank.bus, word("IRQ_ENABLE")) == \
+            (reg("IRQ_ENABLE").pack(fault=1), "ack")
+        assert await wb_read(ctx, bank.bus, word("WATCHDOG")) == (0, "ack")
+
+        assert await wb_write(ctx, bank.bus, word("WATCHDOG"), 0x12345678) == "ack"
+        assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 0x12345678
+        assert await wb_read(ctx, bank.bus, word("WATCHDOG")) == (0x12345678, "ack")
+
+        value = reg("PART[3]").pack(base=0x123, length=0x456)
+        assert await wb_write(ctx, bank.bus, word("PART[3]"), value) == "ack"
+        assert ctx.get(bank.fields["PART[3]"]["base"]) == 0x123
+        assert ctx.get(bank.fields["PART[3]"]["length"]) == 0x456
+        assert ctx.get(bank.fields["PART[2]"]["base"]) == 0
+        assert await wb_read(ctx, bank.bus, word("PART[3]")) == (value, "ack")
+
+        # R fields inside a writable register keep reading what the parent drives.
+        assert await wb_write(ctx, bank.bus, word("SLOT[2]"), 0xFFFFFFFF) == "ack"
+        assert await wb_read(ctx, bank.bus, word("SLOT[2]")) == \
+            (reg("SLOT[2]").pack(valid=1, part=0xF, version=0xFFFF), "ack")
+
+    run(bank, bench)
+
+
+def test_r_fields_read_parent_values():
+    bank = CsrBank(MM)
+
+    async def bench(ctx):
+        ctx.set(bank.fields["ID"]["magic"], 0x4654494C)
+        ctx.set(bank.fields["STATUS"]["running"], 1)
+        ctx.set(bank.fields["STATUS"]["slot"], 5)
+        ctx.set(bank.fields["FAULT"]["cause"], FaultCause.WATCHDOG.value)
+        ctx.set(bank.fields["FAULT"]["part"], 0xA)
+        assert await wb_read(ctx, bank.bus, word("ID")) == (0x4654494C, "ack")
+        assert await wb_read(ctx, bank.bus, word("STATUS")) == \
+            (reg("STATUS").pack(running=1, slot=5), "ack")
+        data, status = await wb_read(ctx, bank.bus, word("FAULT"))
+        assert status == "ack"
+        fault = reg("FAULT").unpack(data)
+        assert fault.cause == FaultCause.WATCHDOG and fault.part == 0xA
+        # The value is taken when the read is answered, not when the bank was built.
+        ctx.set(bank.fields["STATUS"]["running"], 0)
+        assert await wb_read(ctx, bank.bus, word("STATUS")) == \
+            (reg("STATUS").pack(slot=5), "ack")
+
+    run(bank, bench)
+
+
+def test_w1_pulses_one_cycle():
+    bank = CsrBank(MM)
+    ctrl = bank.fields["CTRL"]
+    log = []
+    monitor = pulse_monitor({**ctrl, "ack": bank.bus.ack, "clear": bank.fields["PERF_CTRL"]["clear"]},
+                            log)
+
+    async def bench(ctx):
+        assert await wb_write(ctx, bank.bus, word("CTRL"),
+                              reg("CTRL").pack(start=1, abort=1)) == "ack"
+        cycles = [c for c, name in log if name == "ack"]
+        assert len(cycles) == 1
+        # Both pulses, for exactly the cycle of the ACK.
+        assert sorted(log) == sorted([(cycles[0], "ack"), (cycles[0], "start"),
+                                      (cycles[0], "abort")])
+        for _ in range(3):
+            await ctx.tick()
+        assert len(log) == 3
+        # W1 fields read as 0; a write of 0 pulses nothing.
+        assert await wb_read(ctx, bank.bus, word("CTRL")) == (0, "ack")
+        assert await wb_write(ctx, bank.bus, word("CTRL"), 0) == "ack"
+        assert [name for _, name in log[3:]] == ["ack", "ack"]
+        # A W1 field beside an RW field: the RW field is stored, the W1 one pulses.
+        del log[:]
+        assert await wb_write(ctx, bank.bus, word("PERF_CTRL"),
+                              reg("PERF_CTRL").pack(freeze=1, clear=1)) == "ack"
+        assert sorted(name for _, name in log) == ["ack", "clear"]
+        assert ctx.get(bank.fields["PERF_CTRL"]["freeze"]) == 1
+        assert await wb_read(ctx, bank.bus, word("PERF_CTRL")) == \
+            (reg("PERF_CTRL").pack(freeze=1), "ack")
+
+    run(bank, bench, monitors=[monitor])
+
+
+def test_read_strobe_pops_after_read():
+    bank = CsrBank(MM)
+    strobe = bank.read_strobe["TRACE_DATA"]
+    data = bank.fields["TRACE_DATA"]["data"]
+    fifo = [0x111, 0x222, 0x333]
+    log = []
+
+    async def parent(ctx):
+        # A FIFO head that pops on the strobe, as the trace FIFO will.
+        ctx.set(data, fifo[0])
+        async for _, _, strobed in ctx.tick().sample(strobe):
+            if strobed and fifo:
+                fifo.pop(0)
+                ctx.set(data, fifo[0] if fifo else 0)
+
+    async def bench(ctx):
+        await ctx.tick()
+        assert await wb_read(ctx, bank.bus, word("TRACE_STATUS")) == (0, "ack")
+        assert [name for _, name in log] == ["ack"]
+        del log[:]
+        assert await wb_read(ctx, bank.bus, word("TRACE_DATA")) == (0x111, "ack")
+        # The strobe is high for exactly the cycle of the ACK.
+        assert log == [(log[0][0], "ack"), (log[0][0], "strobe")]
+        assert await wb_read(ctx, bank.bus, word("TRACE_DATA")) == (0x222, "ack")
+        assert await wb_read(ctx, bank.bus, word("TRACE_DATA")) == (0x333, "ack")
+        assert await wb_read(ctx, bank.bus, word("TRACE_DATA")) == (0, "ack")
+        assert [name for _, name in log].count("strobe") == 4
+        # A write is not a read.
+        assert await wb_write(ctx, bank.bus, word("TRACE_DATA"), 1) == "err"
+        assert [name for _, name in log].count("strobe") == 4
+
+    run(bank, bench, monitors=[parent, pulse_monitor({"ack": bank.bus.ack, "strobe": strobe},
+                                                     log)])
+
+
+def test_refuse():
+    bank = CsrBank(MM)
+    log = []
+    monitor = pulse_monitor({"refused": bank.refused, "err": bank.bus.err}, log)
+
+    async def bench(ctx):
+        assert await wb_write(ctx, bank.bus, word("SLOT[1]"), reg("SLOT[1]").pack(valid=1)) == "ack"
+        ctx.set(bank.refuse["SLOT[1]"], 1)
+        assert await wb_write(ctx, bank.bus, word("SLOT[1]"), reg("SLOT[1]").pack(version=7)) == "err"
+        assert ctx.get(bank.fields["SLOT[1]"]["valid"]) == 1
+        assert ctx.get(bank.fields["SLOT[1]"]["version"]) == 0
+        assert ctx.get(bank.refused_addr) == word("SLOT[1]")
+        (cycle, _), *rest = log
+        assert sorted(log) == [(cycle, "err"), (cycle, "refused")]
+        # Reads are not refused; other registers are not affected.
+        assert await wb_read(ctx, bank.bus, word("SLOT[1]")) == (reg("SLOT[1]").pack(valid=1), "ack")
+        assert await wb_write(ctx, bank.bus, word("SLOT[2]"), reg("SLOT[2]").pack(valid=1)) == "ack"
+        ctx.set(bank.refuse["SLOT[1]"], 0)
+        assert await wb_write(ctx, bank.bus, word("SLOT[1]"), reg("SLOT[1]").pack(version=7)) == "ack"
+        assert ctx.get(bank.fields["SLOT[1]"]["version"]) == 7
+        assert [name for _, name in log].count("refused") == 1
+        # A refused W1 write does not pulse.
+        ctx.set(bank.refuse["CTRL"], 1)
+        assert await wb_write(ctx, bank.bus, word("CTRL"), reg("CTRL").pack(start=1)) == "err"
+        assert [name for _, name in log].count("refused") == 2
+        assert ctx.get(bank.refused_addr) == word("CTRL")
+
+    start_log = []
+    run(bank, bench, monitors=[monitor, pulse_monitor(
+        {"start": bank.fields["CTRL"]["start"]}, start_log)])
+    assert start_log == []
+
+
+def test_counter_lo_hi_latching():
+    bank = CsrBank(MM)
+
+    async def bench(ctx):
+        cycles = bank.counters["CYCLES"]
+        calls = bank.counters["SLOT_CALLS[2]"]
+        ctx.set(cycles, 0x11111111_22222222)
+        ctx.set(calls, 0xAAAAAAAA_BBBBBBBB)
+        assert await wb_read(ctx, bank.bus, word("CYCLES")) == (0x22222222, "ack")
+        ctx.set(cycles, 0x33333333_44444444)
+        assert await wb_read(ctx, bank.bus, word("CYCLES", hi=True)) == (0x11111111, "ack")
+        # One shared shadow: the last LO read decides what any HI read returns.
+        assert await wb_read(ctx, bank.bus, word("SLOT_CALLS[2]")) == (0xBBBBBBBB, "ack")
+        assert await wb_read(ctx, bank.bus, word("CYCLES", hi=True)) == (0xAAAAAAAA, "ack")
+        assert await wb_read(ctx, bank.bus, word("CYCLES")) == (0x44444444, "ack")
+        assert await wb_read(ctx, bank.bus, word("CYCLES", hi=True)) == (0x33333333, "ack")
+        for hi in (False, True):
+            assert await wb_write(ctx, bank.bus, word("CYCLES", hi=hi), 0) == "err"
+
+    run(bank, bench)
+
+
+def test_errors():
+    bank = CsrBank(MM)
+
+    async def bench(ctx):
+        # Registers without a writable field.
+        for name in ("ID", "STATUS", "TRACE_STATUS", "REFUSED_ADDR"):
+            assert await wb_write(ctx, bank.bus, word(name), 0xFFFFFFFF) == "err"
+        assert await wb_read(ctx, bank.bus, word("STATUS")) == (0, "ack")
+        # Partial writes.
+        for sel in (0b0000, 0b0001, 0b0111, 0b1110):
+            assert await wb_write(ctx, bank.bus, word("WATCHDOG"), 0xFFFFFFFF, sel=sel) == "err"
+        assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 0
+        # Unmapped addresses, read and write.
+        for adr in (0x038 // 4, 0x078 // 4, 0x3FF):
+            assert MM.lookup(adr * 4) is None
+            assert await wb_read(ctx, bank.bus, adr) == (0, "err")
+            assert await wb_write(ctx, bank.bus, adr, 0) == "err"
+        # One answer per access: ERR for one cycle, then nothing while stb stays high.
+        ctx.set(bank.bus.cyc, 1)
+        ctx.set(bank.bus.stb, 1)
+        ctx.set(bank.bus.adr, 0x3FF)
+        await ctx.tick()
+        assert ctx.get(bank.bus.err) and not ctx.get(bank.bus.ack)
+        await ctx.tick()
+        assert not ctx.get(bank.bus.err) and not ctx.get(bank.bus.ack)
+        ctx.set(bank.bus.stb, 0)
+
+    run(bank, bench)
+
+
+def test_constructor_checks():
+    raises_in_constructor(TypeError, r"^memory_map must be a MemoryMap, not 'x'$", CsrBank, "x")
+    for addr_width in (0, -1, 10.0, True):
+        raises_in_constructor(TypeError, rf"^addr_width must be a positive integer, not "
+                              rf"{addr_width!r}$", CsrBank, MM, addr_width=addr_width)
+
+    with_window = MemoryMap()
+    with_window.add_register(Register("A", [Field("a", 1, Access.RW)]), 0x0)
+    with_window.add_window(Window("W", 0x40, 0x40, 32), 0x40)
+    raises_in_constructor(ValueError, r"^Window W at 0x40 lies in the CSR window \[0, 0x1000\)$",
+                          CsrBank, with_window)
+
+    raises_in_constructor(ValueError, r"^memory_map must have a register or counter in the CSR "
+                          r"window \[0, 0x1000\), not none$", CsrBank, MemoryMap())
+
+
+class _TileLike(wiring.Component):
+    """The CSR bank behind a decoder, wired the way the tile top does it."""
+    bus: In(wishbone.Signature(addr_width=19))
+
+    def __init__(self):
+        super().__init__()
+        self.csr = CsrBank(MM)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dec = dec = Decoder(addr_width=19)
+        assert dec.add("csr", addr=0x0, size=0x1000) == self.csr.bus.signature.flip()
+        m.submodules.csr = self.csr
+        wiring.connect(m, wiring.flipped(self.bus), dec.bus)
+        wiring.connect(m, dec.sub("csr"), self.csr.bus)
+        return m
+
+
+def test_behind_decoder():
+    dut = _TileLike()
+
+    async def bench(ctx):
+        assert await wb_write(ctx, dut.bus, word("WATCHDOG"), 99) == "ack"
+        assert await wb_read(ctx, dut.bus, word("WATCHDOG")) == (99, "ack")
+        assert await wb_read(ctx, dut.bus, 0x3FF) == (0, "err")            # CSR hole
+        assert await wb_read(ctx, dut.bus, 0x1000 // 4) == (0, "err")      # decoder hole
+
+    run(dut, bench)
+
+
+def test_converts_to_verilog():
+    text = verilog.convert(_TileLike(), name="csr_top")
+    assert "module csr_top" in text
