@@ -177,7 +177,8 @@ class ControlUnit(wiring.Component):
             record.bank.eq(self.active_bank),
             record.pc.eq(call_pc),
             record.start.eq(call_start),
-            record.cycles.eq(call_cycles),
+            # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
+            record.cycles.eq(call_cycles + 1),
             record.dma_busy.eq(call_dma_busy),
             record.bytes_in.eq(call_words_in * cfg.word_bytes),
             record.bytes_out.eq(call_words_out * cfg.word_bytes),

@@ -527,6 +527,32 @@ class Device:
         self._index("Plan bank", bank, 2)
         self._write_instrs(f"PLAN[{bank}]", instrs, PLAN_INSTR_BITS, start)
 
+    def load_plan(self, instrs):
+        """Write a plan into the inactive bank and request the swap; return that bank.
+
+        An idle tile swaps at once; a running one at its next DONE, so the plan being
+        run is never split (poll ``status().swap_pending`` to see the swap taken).
+        """
+        bank = 1 - int(self.status().active_bank)
+        self.write_plan(bank, instrs)
+        self.request_swap()
+        return bank
+
+    def load_kernel(self, slot, instrs, *, part, version=0):
+        """Write a kernel into slot ``slot`` and mark it valid, bound to partition ``part``.
+
+        Raises :class:`BusError` if the slot is executing (the tile refuses the write).
+        """
+        self._index("Kernel slot", slot, self.config.kernel_slots)
+        self.regs.SLOT[slot].write(valid=0, part=part, version=version)
+        self.write_kernel(slot, instrs)
+        self.regs.SLOT[slot].write(valid=1, part=part, version=version)
+
+    def set_partition(self, index, *, base, length):
+        """Carve scratchpad partition ``index`` as words [base, base + length)."""
+        self._index("Partition", index, self.config.partitions)
+        self.regs.PART[index].write(base=base, length=length)
+
     def read_plan(self, bank, count, *, start=0):
         """Read ``count`` plan instructions of bank ``bank`` as ints."""
         self._index("Plan bank", bank, 2)

@@ -182,6 +182,11 @@ class Transport:
         boards sleep for at least that long)."""
         raise NotImplementedError
 
+    def irq(self):
+        """The tile's interrupt line (0 or 1), or ``None`` where the transport cannot
+        see it (a board behind a serial link)."""
+        return None
+
     def close(self):
         """Release the link. Closing twice is harmless."""
         self.closed = True

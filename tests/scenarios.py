@@ -1,0 +1,323 @@
+"""The spine's behaviour, as host-level scenarios that run on every target.
+
+Each scenario takes a freshly reset tile behind a :class:`fusetile.host.device.Device`
+and asserts what the tile must do. ``tests/test_tile.py`` runs them on the Amaranth
+simulator; ``tests/rtl/test_spine.py`` runs the same functions under cocotb on Icarus
+and Verilator, so both simulators are held to one specification.
+
+Scenarios go only through the host API (no addresses, no bit positions): they double
+as a check that the host runtime can drive every part of the tile.
+"""
+
+import random
+
+from fusetile.host.device import TileFault
+from fusetile.host.transport import BusError
+from fusetile.kernels.isa import FaultCause, GmemBase, PlanOp, PlanInstr
+from fusetile.kernels.program import call, done, mark, nop, ret, wait, dma_load, dma_store
+
+
+__all__ = ["SCENARIOS"]
+
+
+def _raises(exc, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except exc as e:
+        return e
+    raise AssertionError(f"{fn.__name__} did not raise {exc.__name__}")
+
+
+def _run(dev, plan, *, timeout=20_000):
+    dev.load_plan(plan)
+    assert not int(dev.status().swap_pending), "an idle tile takes a swap at once"
+    dev.start()
+    return dev.wait_done(timeout_cycles=timeout, poll_cycles=16)
+
+
+def _fault(dev, plan, *, timeout=20_000):
+    err = _raises(TileFault, _run, dev, plan, timeout=timeout)
+    status = dev.status()
+    assert int(status.faulted) and not int(status.running) and not int(status.dma_busy)
+    return err
+
+
+def _until(dev, predicate, *, limit=200):
+    """Poll STATUS until ``predicate(status)`` holds (a few cycles per poll)."""
+    for _ in range(limit):
+        status = dev.status()
+        if predicate(status):
+            return status
+    raise AssertionError("the tile never reached the expected state")
+
+
+def _words(data, word_bytes):
+    return [data[i:i + word_bytes] for i in range(0, len(data), word_bytes)]
+
+
+def identity(dev):
+    """The tile reports its configuration: the hardware profile."""
+    assert dev.hardware_profile() == dev.config
+    status = dev.status()
+    assert not int(status.running) and not int(status.faulted)
+
+
+def gmem_round_trip(dev):
+    """The host reads back what it writes, at any byte offset; past the end is ERR."""
+    rng = random.Random(2)
+    size = dev.config.gmem_bytes
+    for offset, length in ((0, 16), (3, 9), (size - 8, 8), (101, 40)):
+        data = bytes(rng.randrange(256) for _ in range(length))
+        dev.write_window("GMEM", offset, data)
+        assert dev.read_window("GMEM", offset, length) == data
+    gmem = dev.memory_map["GMEM"].addr
+    _raises(BusError, dev.transport.read32, gmem + size)
+    _raises(BusError, dev.transport.write32, gmem + size, 0)
+
+
+def unmapped_address_is_bus_error(dev):
+    """An address no block decodes answers ERR, not silence."""
+    err = _raises(BusError, dev.transport.read32, 0x8000)
+    assert err.addr == 0x8000 and not err.write
+    _raises(BusError, dev.transport.write32, 0x0FFC, 1)     # inside the CSR window, unmapped
+
+
+def dma_kernel(dev):
+    """A plan CALLs a DMA kernel: a 2-D strided load into scratchpad and a store back
+    with other strides; counters and the trace record account for every word."""
+    cfg = dev.config
+    wb = cfg.word_bytes
+    rng = random.Random(3)
+    rows, cols = 3, 4
+    src, dst = 16, 96                        # GMEM word bases, passed as CALL arguments
+    src_stride, dst_stride, spad_stride = 6, 5, 4
+    gmem = bytearray(rng.randrange(256) for _ in range(128 * wb))
+    dev.write_window("GMEM", 0, bytes(gmem))
+
+    dev.set_partition(1, base=8, length=rows * spad_stride)
+    dev.load_kernel(2, [
+        dma_load(gmem=1, spad=0, rows=rows, cols=cols, gmem_stride=src_stride,
+                 spad_stride=spad_stride, base=GmemBase.ARG0),
+        wait(),
+        dma_store(gmem=0, spad=0, rows=rows, cols=cols, gmem_stride=dst_stride,
+                  spad_stride=spad_stride, base=GmemBase.ARG1),
+        ret(),
+    ], part=1)
+    dev.clear_counters()
+    _run(dev, [mark(7), call(2, a=src, b=dst), done()])
+
+    expected = bytearray(gmem)
+    words = _words(gmem, wb)
+    for r in range(rows):
+        for c in range(cols):
+            at = (dst + r * dst_stride + c) * wb
+            expected[at:at + wb] = words[src + 1 + r * src_stride + c]
+    assert dev.read_window("GMEM", 0, len(gmem)) == bytes(expected)
+
+    moved = rows * cols * wb
+    ctr = dev.counters()
+    assert ctr["dma_bytes_in"] == moved and ctr["dma_bytes_out"] == moved
+    assert ctr["kernel_calls"] == 1 and ctr["inferences"] == 1
+    assert ctr["plan_retired"] == 3 and ctr["micro_retired"] == 4
+    assert ctr["dma_busy"] >= 2 * rows * cols
+    assert 0 < ctr["active_cycles"] <= ctr["cycles"]
+    assert ctr["faults"] == 0
+    assert int(dev.regs.MARK.read().value) == 7
+
+    (record,) = dev.read_trace()
+    assert record.slot == 2 and record.pc == 1 and not record.faulted
+    assert record.bytes_in == moved and record.bytes_out == moved
+    assert record.dma_busy >= 2 * rows * cols
+    slots = dev.slot_counters()
+    if slots:
+        assert slots[2]["calls"] == 1
+        assert slots[2]["cycles"] == record.cycles
+    assert dev.read_trace() == []
+
+
+def partition_fault(dev):
+    """An access outside the slot's partition faults with partition and offset, and
+    never touches the neighbouring partition."""
+    wb = dev.config.word_bytes
+    pattern = bytes(range(256))[:16 * wb]
+    dev.write_window("GMEM", 0, pattern)
+    dev.set_partition(2, base=16, length=16)
+    dev.set_partition(3, base=32, length=16)       # the neighbour
+    dev.load_kernel(0, [dma_load(gmem=0, spad=0, rows=1, cols=16), ret()], part=3)
+    dev.load_kernel(1, [dma_load(gmem=0, spad=12, rows=1, cols=8), ret()], part=2)
+    dev.load_kernel(2, [dma_store(gmem=64, spad=0, rows=1, cols=16), ret()], part=3)
+    _run(dev, [call(0), done()])
+
+    err = _fault(dev, [call(1), done()])
+    assert err.cause == FaultCause.PARTITION
+    assert err.part == 2 and err.addr == 16 and err.in_kernel and err.slot == 1
+    assert err.plan_pc == 0
+    assert dev.counter("faults") == 1
+    assert dev.transport.irq() in (None, 1)
+    (record,) = dev.read_trace()[-1:]
+    assert record.faulted and record.slot == 1
+
+    dev.clear_fault()
+    assert not int(dev.status().faulted)
+    _run(dev, [call(2), done()])
+    assert dev.read_window("GMEM", 64 * wb, 16 * wb) == pattern
+
+
+def gmem_range_fault(dev):
+    """A DMA past the end of GMEM faults with the word address."""
+    words = dev.config.gmem_words
+    dev.set_partition(0, base=0, length=64)
+    dev.load_kernel(0, [dma_load(gmem=words - 2, spad=0, rows=1, cols=4), ret()], part=0)
+    err = _fault(dev, [call(0), done()])
+    assert err.cause == FaultCause.GMEM_RANGE and err.addr == words
+
+
+def illegal_instructions(dev):
+    """Reserved opcodes and calls of invalid slots stop the tile with a cause."""
+    dev.set_partition(0, base=0, length=8)
+    reserved_plan = PlanInstr.const({"op": PlanOp.BRANCH}).as_bits()
+    err = _fault(dev, [nop(), reserved_plan, done()])
+    assert err.cause == FaultCause.ILLEGAL_PLAN and err.plan_pc == 1
+    dev.clear_fault()
+
+    err = _fault(dev, [call(dev.config.kernel_slots - 1), done()])
+    assert err.cause == FaultCause.SLOT_INVALID
+    dev.clear_fault()
+
+    reserved_micro = 63          # op field (bits 5:0) = 63, a reserved opcode
+    dev.load_kernel(0, [wait(), reserved_micro, ret()], part=0)
+    err = _fault(dev, [call(0), done()])
+    assert err.cause == FaultCause.ILLEGAL_MICRO and err.micro_pc == 1 and err.in_kernel
+    assert err.addr == reserved_micro & 0xFFFF_FFFF
+    dev.clear_fault()
+    _run(dev, [done()])
+    assert dev.counter("faults") == 3
+
+
+def bank_swap_is_atomic(dev):
+    """A swap requested while a plan runs waits for its DONE: the running plan is never
+    split, and the active bank cannot be written."""
+    dev.set_partition(0, base=0, length=64)
+    # A slow kernel, so the host can act while the plan runs.
+    dev.load_kernel(0, [dma_load(gmem=0, spad=0, rows=1, cols=64), ret()], part=0)
+    plan_a = [mark(1), call(0), mark(2), call(0), mark(3), call(0), mark(0xA), done()]
+    plan_b = [mark(0xB), done()]
+    bank_a = dev.load_plan(plan_a)
+    assert int(dev.status().active_bank) == bank_a
+    dev.clear_counters()
+    dev.start()
+
+    bank_b = dev.load_plan(plan_b)
+    status = dev.status()
+    assert int(status.running), "the plan must still be running for this test to mean anything"
+    assert int(status.swap_pending) and int(status.active_bank) == bank_a
+
+    active = dev.memory_map[f"PLAN[{bank_a}]"].addr
+    err = _raises(BusError, dev.transport.write32, active, 0)
+    assert err.write
+    assert int(dev.regs.REFUSED_ADDR.read().addr) == active
+    assert dev.read_plan(bank_a, 1) == [plan_a[0]]
+
+    dev.wait_done(timeout_cycles=20_000, poll_cycles=16)
+    assert int(dev.regs.MARK.read().value) == 0xA, "plan A ran to its end"
+    status = dev.status()
+    assert int(status.active_bank) == bank_b and not int(status.swap_pending)
+    ctr = dev.counters()
+    assert ctr["swaps"] == 1 and ctr["kernel_calls"] == 3 and ctr["refused_writes"] == 1
+
+    dev.start()
+    dev.wait_done(timeout_cycles=2_000, poll_cycles=16)
+    assert int(dev.regs.MARK.read().value) == 0xB
+
+
+def slot_protection(dev):
+    """The executing slot and its table entries cannot be overwritten; other slots can."""
+    dev.set_partition(0, base=0, length=256)
+    dev.set_partition(1, base=256, length=8)
+    slow = [dma_load(gmem=0, spad=0, rows=4, cols=64), ret()]
+    dev.load_kernel(0, slow, part=0)
+    dev.load_plan([call(0), done()])
+    dev.clear_counters()
+    dev.start()
+    status = _until(dev, lambda s: int(s.in_kernel))
+    assert int(status.slot) == 0
+
+    _raises(BusError, dev.write_kernel, 0, [ret()])
+    _raises(BusError, dev.regs.SLOT[0].write, valid=0, part=0)
+    _raises(BusError, dev.regs.PART[0].write, base=0, length=1)
+    dev.load_kernel(1, [ret()], part=1)             # another slot loads while 0 runs
+    dev.set_partition(1, base=256, length=16)
+
+    dev.wait_done(timeout_cycles=20_000, poll_cycles=16)
+    assert dev.read_kernel(0, 2) == slow
+    assert dev.counter("refused_writes") == 3
+    assert int(dev.regs.SLOT[0].read().valid) == 1
+    dev.write_kernel(0, [ret()])                     # idle again: writable
+
+
+def counters_freeze_and_clear(dev):
+    """Counters are 64-bit, stop while frozen, and clear to zero."""
+    dev.clear_counters()
+    dev.transport.wait_cycles(20)
+    first = dev.counter("cycles")
+    assert first >= 20
+    dev.freeze_counters(True)
+    frozen = dev.counter("cycles")
+    dev.transport.wait_cycles(50)
+    assert dev.counter("cycles") == frozen
+    dev.clear_counters()
+    assert dev.counter("cycles") == 0
+    dev.freeze_counters(False)
+    dev.transport.wait_cycles(10)
+    assert 10 <= dev.counter("cycles") < 1000
+
+
+def trace_fifo(dev):
+    """One record per call, in order, drained in one burst; overflow is counted."""
+    depth = dev.config.trace_depth
+    dev.set_partition(0, base=0, length=8)
+    dev.load_kernel(0, [ret()], part=0)
+    dev.load_kernel(1, [dma_load(gmem=0, spad=0, rows=1, cols=2), ret()], part=0)
+    _run(dev, [call(0), call(1), call(0), done()])
+    records = dev.read_trace()
+    assert [(r.slot, r.pc) for r in records] == [(0, 0), (1, 1), (0, 2)]
+    assert records[0].start < records[1].start < records[2].start
+    assert records[1].bytes_in == 2 * dev.config.word_bytes
+
+    _run(dev, [call(0)] * (depth + 3) + [done()], timeout=50_000)
+    assert len(dev.read_trace()) == depth
+    assert dev.trace_dropped() == 3
+
+
+def watchdog(dev):
+    """A plan that runs too long is stopped by the watchdog; the DMA stops with it."""
+    dev.set_partition(0, base=0, length=512)
+    dev.load_kernel(0, [dma_load(gmem=0, spad=0, rows=8, cols=64), ret()], part=0)
+    dev.regs.WATCHDOG.write(limit=100)
+    err = _fault(dev, [call(0), done()])
+    assert err.cause == FaultCause.WATCHDOG and err.addr == 100 and err.in_kernel
+    irq = dev.transport.irq()
+    assert irq in (None, 1)
+    dev.clear_fault()
+    dev.regs.WATCHDOG.write(limit=0)
+    _run(dev, [done()])
+
+
+def abort(dev):
+    """CTRL.abort stops a running plan at once, as a fault."""
+    dev.set_partition(0, base=0, length=512)
+    dev.load_kernel(0, [dma_load(gmem=0, spad=0, rows=8, cols=64), ret()], part=0)
+    dev.load_plan([call(0), done()])
+    dev.start()
+    dev.abort()
+    err = dev.fault()
+    assert err is not None and err.cause == FaultCause.ABORTED
+    assert not int(dev.status().dma_busy)
+    dev.clear_fault()
+
+
+SCENARIOS = [
+    identity, gmem_round_trip, unmapped_address_is_bus_error, dma_kernel, partition_fault,
+    gmem_range_fault, illegal_instructions, bank_swap_is_atomic, slot_protection,
+    counters_freeze_and_clear, trace_fifo, watchdog, abort,
+]

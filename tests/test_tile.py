@@ -1,0 +1,27 @@
+"""The spine's scenarios on the RTL in Amaranth's simulator (no external tools).
+
+The same scenarios run under cocotb on Icarus and Verilator in ``tests/test_rtl.py``.
+"""
+
+import pytest
+
+from fusetile.host import open_transport
+from fusetile.host.device import Device
+from fusetile.kernels.config import TileConfig
+
+from scenarios import SCENARIOS
+
+
+# Small memories keep elaboration and simulation quick; the logic is the same.
+CONFIG = TileConfig(gmem_bytes=4096, spad_bank_words=128, trace_depth=8)
+
+
+@pytest.fixture
+def dev():
+    with open_transport("amaranth", config=CONFIG) as transport:
+        yield Device(transport)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_scenario(dev, scenario):
+    scenario(dev)
