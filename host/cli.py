@@ -177,6 +177,54 @@ def info_command(args, out):
     out.result(data, human=human)
 
 
+# -- demo ---------------------------------------------------------------------------------
+
+@command("demo", "run the spine demo (a DMA plan) and print the tile's counters", [
+    arg("--target", "-t", default="amaranth",
+        help=f"transport to the tile (known: {', '.join(transport_names())}; default: amaranth)"),
+    arg("--inferences", "-n", type=int, default=4, help="plan runs (default: 4)"),
+    _CONFIG_ARG,
+])
+def demo_command(args, out):
+    from rich.progress import Progress
+    from .device import Device
+    from .demo import run_dma_demo
+
+    if args.inferences < 1:
+        raise CommandError(f"--inferences must be at least 1, not {args.inferences}")
+    config = _parse_config(args.config)
+    with _open_target(args.target, config) as transport:
+        device = Device(transport)
+        with Progress(transient=True, disable=out.json, console=out.console()) as bar:
+            task = bar.add_task(f"demo on {args.target}", total=args.inferences)
+            result = run_dma_demo(device, inferences=args.inferences,
+                                  progress=lambda n: bar.update(task, completed=n))
+    result = {"target": args.target, "profile_hash": device.config.profile_hash, **result}
+
+    def human(console):
+        from rich.table import Table
+        rows, cols = result["matrix_words"]
+        console.print(f"Copied a {rows}x{cols}-word matrix through the scratchpad "
+                      f"{result['inferences']} times on [bold]{args.target}[/bold]: "
+                      + ("[green]output correct[/green]" if result["correct"]
+                         else "[red]OUTPUT WRONG[/red]"))
+        table = Table(title="Performance counters (read from the tile)")
+        table.add_column("Counter")
+        table.add_column("Value", justify="right")
+        for name, value in result["counters"].items():
+            table.add_row(name, f"{value:,}")
+        console.print(table)
+        trace = Table(title="Trace of the last inference (one record per kernel call)")
+        for column in ("slot", "pc", "start", "cycles", "dma_busy", "bytes_in", "bytes_out"):
+            trace.add_column(column, justify="right")
+        for record in result["trace"]:
+            trace.add_row(*(str(record[c]) for c in record))
+        console.print(trace)
+
+    out.result(result, human=human)
+    return 0 if result["correct"] else 1
+
+
 # -- entry point ---------------------------------------------------------------------------
 
 def build_parser():
