@@ -178,10 +178,15 @@ class Tile(wiring.Component):
         # -- refused writes -------------------------------------------------------------
         refused = Signal()
         m.d.comb += refused.eq(csr.refused | plans.refused | kernels.refused)
+        # Every slave answers one cycle after it sees an access, so the address of
+        # the access being refused is the one on the bus a cycle earlier (a master
+        # may already move on while it sees ERR).
+        access_addr = Signal(32)
         refused_addr = Signal(32)
+        with m.If(self.bus.cyc & self.bus.stb):
+            m.d.sync += access_addr.eq(self.bus.adr << 2)
         with m.If(refused):
-            # Classic Wishbone holds the address until the access is answered.
-            m.d.sync += refused_addr.eq(self.bus.adr << 2)
+            m.d.sync += refused_addr.eq(access_addr)
         m.d.comb += f["REFUSED_ADDR"]["addr"].eq(refused_addr)
 
         # -- performance counters -------------------------------------------------------

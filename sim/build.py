@@ -29,7 +29,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from ..kernels.config import TileConfig
-from .verilog import TOPLEVEL, default_top, tile_verilog, verilog_key
+from .verilog import TOPLEVEL, VERILOG_NAME, default_top, tile_verilog, verilog_key
 
 
 __all__ = [
@@ -309,11 +309,11 @@ def build(sim, config=None, *, top=default_top, build_root=None, waves=False):
     verilog_dir = build_root / f"verilog-{key}"
     if _up_to_date(result_dir, sim, key, executable):
         os.utime(result_dir / _STAMP)      # most recently used: kept by _prune
-        return result(False, (verilog_dir / f"{TOPLEVEL}.v").resolve())
+        return result(False, (verilog_dir / VERILOG_NAME).resolve())
 
     with _locked(build_root / f".{sim}-{key}.lock"):
         if _up_to_date(result_dir, sim, key, executable):
-            return result(False, (verilog_dir / f"{TOPLEVEL}.v").resolve())
+            return result(False, (verilog_dir / VERILOG_NAME).resolve())
         verilog = tile_verilog(config, build_root=build_root, top=top).resolve()
         if result_dir.exists():
             shutil.rmtree(result_dir)
@@ -364,7 +364,7 @@ def _prune(build_root, sim, keep=KEEP_MODELS):
     used = {json.loads(p.read_text()).get("verilog") for p in
             build_root.glob(f"*-*/{_STAMP}") if p.is_file()}
     for verilog_dir in build_root.glob("verilog-*"):
-        if str((verilog_dir / f"{TOPLEVEL}.v").resolve()) not in used and \
+        if str((verilog_dir / VERILOG_NAME).resolve()) not in used and \
                 time.time() - verilog_dir.stat().st_mtime > 3600:
             shutil.rmtree(verilog_dir, ignore_errors=True)
 

@@ -265,13 +265,22 @@ class CocotbTransport(Transport):
                 self._lost(e)
             self._sent = time.monotonic()
             deadline = self._sent + self.timeout + extra_time
-            status, a, b = REPLY.unpack(self._recv_exact(REPLY.size, deadline))
-            if status == ST_OK:
-                return bytes_to_words(self._recv_exact(4 * b, deadline)) if b else []
-            if status == ST_BUS_ERROR:
-                raise self._bus_error(a, bool(b))
-            message = self._recv_exact(b, deadline).decode(errors="replace")
-            raise TransportError(f"{self.sim} simulator: {message}")
+            try:
+                status, a, b = REPLY.unpack(self._recv_exact(REPLY.size, deadline))
+                if status == ST_OK:
+                    return bytes_to_words(self._recv_exact(4 * b, deadline)) if b else []
+                if status == ST_BUS_ERROR:
+                    raise self._bus_error(a, bool(b))
+                message = self._recv_exact(b, deadline).decode(errors="replace")
+                raise TransportError(f"{self.sim} simulator: {message}")
+            except (KeyboardInterrupt, SystemExit):
+                # Interrupted between request and reply: the stream is out of step, so
+                # this simulator cannot be used any more.
+                self._failure = TransportError(f"The {self.sim} transport was interrupted "
+                                               f"during a request")
+                self.closed = True
+                self._finalizer()
+                raise
 
     def _read32(self, addr):
         return self._request(OP_READ, addr, 1)[0]

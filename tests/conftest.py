@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-RTL_DIR = Path(__file__).resolve().parent / "rtl"
+TESTS_DIR = Path(__file__).resolve().parent
+RTL_DIR = TESTS_DIR / "rtl"
 if str(RTL_DIR) not in sys.path:
     sys.path.insert(0, str(RTL_DIR))
 

@@ -258,9 +258,10 @@ def slot_protection(dev):
 def counters_freeze_and_clear(dev):
     """Counters are 64-bit, stop while frozen, and clear to zero."""
     dev.clear_counters()
-    dev.transport.wait_cycles(20)
-    first = dev.counter("cycles")
-    assert first >= 20
+    before = dev.counter("cycles")
+    dev.transport.wait_cycles(100)
+    after = dev.counter("cycles")
+    assert 100 <= after - before < 200
     dev.freeze_counters(True)
     frozen = dev.counter("cycles")
     dev.transport.wait_cycles(50)
@@ -269,7 +270,7 @@ def counters_freeze_and_clear(dev):
     assert dev.counter("cycles") == 0
     dev.freeze_counters(False)
     dev.transport.wait_cycles(10)
-    assert 10 <= dev.counter("cycles") < 1000
+    assert 10 <= dev.counter("cycles") < 100
 
 
 def trace_fifo(dev):

@@ -29,13 +29,13 @@ from fusetile.kernels.config import TileConfig
 from fusetile.sim.build import build, run_tests
 from fusetile.sim.cocotb_transport import VerilatorTransport, IcarusTransport
 
-from conftest import RTL_DIR, require_simulator
+from conftest import RTL_DIR, TESTS_DIR, require_simulator
 
 
 #: cocotb modules run against the stand-in top and the tile.
 HARNESS_MODULES = ["cocotb_harness"]
 #: cocotb modules run against the tile only.
-TILE_MODULES = []
+TILE_MODULES = ["cocotb_spine"]
 
 SIMS = ["icarus", "verilator"]
 TRANSPORTS = {"icarus": IcarusTransport, "verilator": VerilatorTransport}
@@ -48,7 +48,7 @@ pytestmark = pytest.mark.cocotb
 def test_cocotb_regression(rtl_model, sim, top):
     model = rtl_model(sim, top)
     modules = HARNESS_MODULES + (TILE_MODULES if top == "tile" else [])
-    result = run_tests(sim, test_module=modules, model=model, python_path=[RTL_DIR],
+    result = run_tests(sim, test_module=modules, model=model, python_path=[RTL_DIR, TESTS_DIR],
                        extra_env={"FUSETILE_TOP": top}, timeout=1200)
     assert result.passed, result.summary()
 
@@ -70,9 +70,9 @@ def _standin_top():
 
 @pytest.mark.parametrize("sim", SIMS)
 def test_socket_transport(rtl_model, sim):
-    from standin import RAM_BASE, RAM_WORDS, SCRATCH_ADDR, ERR_ADDR
+    from standin import RAM_BASE, RAM_WORDS, SCRATCH_ADDR, ERR_ADDR, SILENT_ADDR
     rtl_model(sim, "standin")
-    with TRANSPORTS[sim](top=_standin_top()) as t:
+    with TRANSPORTS[sim](top=_standin_top(), bus_timeout=32) as t:
         pid = t.pid
         assert t.read32(0x0) == MAGIC
         t.write32(RAM_BASE + 8, 0xCAFEF00D)
@@ -90,6 +90,8 @@ def test_socket_transport(rtl_model, sim):
         with pytest.raises(BusError) as info:
             t.write_burst(RAM_BASE + 4 * RAM_WORDS - 4, [1, 2])
         assert (info.value.addr, info.value.write) == (RAM_BASE + 4 * RAM_WORDS, True)
+        with pytest.raises(TransportError, match="bus timeout"):
+            t.read32(SILENT_ADDR)
         # The bus goes on after an error.
         assert t.read32(RAM_BASE + 8) == values[2]
     assert t.closed and not t.alive
@@ -129,3 +131,18 @@ def test_socket_transport_tile(rtl_model, sim):
         assert device.config == TileConfig()
         device.transport.write32(GMEM_BASE, 0x5A5A1234)
         assert device.transport.read32(GMEM_BASE) == 0x5A5A1234
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_socket_transport_no_answer(rtl_model, sim):
+    from standin import SILENT_ADDR
+    rtl_model(sim, "standin")
+    t = TRANSPORTS[sim](top=_standin_top(), bus_timeout=1 << 30, timeout=2)
+    start = time.monotonic()
+    with pytest.raises(TransportError, match="did not answer within"):
+        t.read32(SILENT_ADDR)
+    assert time.monotonic() - start < 6
+    assert not t.alive and t.closed
+    with pytest.raises(ChildProcessError):
+        os.waitpid(t.pid, os.WNOHANG)
+    shutil.rmtree(t.workdir)

@@ -60,7 +60,7 @@ async def bursts(dut):
     assert await tb.read_burst(GMEM_BASE + 8, 3) == [values[2], 3, values[4]]
 
 
-@cocotb.test()
+@cocotb.test(skip=not STANDIN)
 async def burst_timing(dut):
     """A burst costs two clock cycles per word (registered answer, no idle cycle)."""
     tb = TB(dut)
