@@ -160,6 +160,7 @@
 #define FT_FAULT_CAUSE_PLAN_RANGE                7
 #define FT_FAULT_CAUSE_SLOT_RANGE                8
 #define FT_FAULT_CAUSE_ABORTED                   9
+#define FT_FAULT_CAUSE_SWITCH_RANGE              10
 #define FT_FAULT_BANK_SHIFT                      4
 #define FT_FAULT_BANK_MASK                       0x00000010u  /* R */
 #define FT_FAULT_IN_KERNEL_SHIFT                 5

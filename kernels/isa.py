@@ -20,8 +20,10 @@ from amaranth.lib import data, enum
 
 __all__ = [
     "PLAN_INSTR_BITS", "MICRO_INSTR_BITS",
-    "PlanOp", "PlanInstr", "MicroOp", "GmemBase", "DmaArgs", "MicroArgs", "MicroInstr",
-    "FaultCause", "TraceRecord",
+    "PlanOp", "PlanInstr", "MicroOp", "GmemBase", "DmaArgs", "WaitArgs", "MatmulArgs",
+    "AccBiasArgs", "RequantArgs", "VaddArgs", "VpoolArgs", "VclampArgs", "CmpOp", "VcmpArgs",
+    "VargmaxArgs", "VcfgArgs", "VectorCfg", "MicroArgs", "MicroInstr",
+    "FLAGS", "INDEX_REGS", "DMA_TOKENS", "FaultCause", "TraceRecord",
 ]
 
 
@@ -29,16 +31,27 @@ PLAN_INSTR_BITS = 64
 MICRO_INSTR_BITS = 128
 
 
+FLAGS = 8          #: flag registers F0..F7, written by VCMP, read by BRANCH / ASSUME
+INDEX_REGS = 4     #: index registers X0..X3, written by VARGMAX, read by SWITCH
+DMA_TOKENS = 4     #: dependency tokens a DMA can be tagged with and WAIT can wait for
+
+
 class PlanOp(enum.Enum, shape=4):
-    """Plan opcodes."""
+    """Plan opcodes.
+
+    Control flow stays within the active bank, except for a failed ASSUME, which
+    continues in the other bank. ``cond`` bits other than those named must be 0.
+    """
     NOP    = 0   #: do nothing
     CALL   = 1   #: run kernel slot ``sel`` with arguments ``a`` and ``b``
     DONE   = 2   #: end of the plan (one inference); safe point for a bank swap
     MARK   = 3   #: write ``a`` to the MARK register (progress marker for the host)
-    BRANCH = 4   #: reserved for the compute ISA
-    SWITCH = 5   #: reserved for the compute ISA
-    ASSUME = 6   #: reserved for the compute ISA
-    COMMIT = 7   #: reserved for the compute ISA
+    BRANCH = 4   #: if F[sel] == cond[0]: pc = a, else pc + 1
+    SWITCH = 5   #: pc = a + X[sel]; X[sel] >= b faults with SWITCH_RANGE
+    ASSUME = 6   #: open a speculative region guarded by F[sel] == cond[0]; on a miss
+                 #: continue in the other bank at pc a (see docs/isa.md)
+    COMMIT = 7   #: close the region: guard holds -> publish staged stores; else roll back
+    JUMP   = 8   #: pc = a
 
 
 class PlanInstr(data.Struct):
@@ -51,13 +64,21 @@ class PlanInstr(data.Struct):
 
 
 class MicroOp(enum.Enum, shape=6):
-    """Micro-instruction opcodes."""
+    """Micro-instruction opcodes. Unlisted values are reserved (illegal)."""
     NOP       = 0   #: do nothing
     RET       = 1   #: wait for outstanding DMA, then return to the plan
-    DMA_LOAD  = 2   #: 2-D strided copy GMEM -> scratchpad
-    DMA_STORE = 3   #: 2-D strided copy scratchpad -> GMEM
-    WAIT      = 4   #: wait until the DMA engine is idle
-    # 8..63 are reserved for the compute ISA (MATMUL, vector ops, tokens).
+    DMA_LOAD  = 2   #: queue a 2-D strided copy GMEM -> scratchpad
+    DMA_STORE = 3   #: queue a 2-D strided copy scratchpad -> GMEM
+    WAIT      = 4   #: wait until no DMA tagged with a token in ``tokens`` is outstanding
+    MATMUL    = 8   #: ACC (+)= A^T B over k steps, R*C MACs per step
+    ACC_BIAS  = 9   #: ACC[i][j] = bias[i] (int32, from the scratchpad)
+    REQUANT   = 10  #: ACC -> int8 rows in the scratchpad (requantise + clamp)
+    VADD      = 11  #: saturating int8 add of two requantised word streams
+    VPOOL     = 12  #: max / average over windows of words (and lane pairs)
+    VCLAMP    = 13  #: clamp int8 words (ReLU)
+    VCMP      = 14  #: compare a lane (or the max of lanes) with an immediate -> flag
+    VARGMAX   = 15  #: index of the largest of n lanes -> index register
+    VCFG      = 16  #: write a vector configuration register
 
 
 class GmemBase(enum.Enum, shape=2):
@@ -81,10 +102,138 @@ class DmaArgs(data.Struct):
     spad_stride: 16
     rows:        12
     cols:        12
+    token:       2    #: dependency token (see WAIT)
+
+
+class WaitArgs(data.Struct):
+    """Operands of WAIT."""
+    tokens: 4         #: mask of tokens to wait for; 0 waits for every DMA
+
+
+class MatmulArgs(data.Struct):
+    """Operands of MATMUL.
+
+    For t in 0..k-1, with a = word ``a_addr + t * a_stride`` and b = word
+    ``b_addr + t * b_stride`` (int8 lanes): ACC[i][j] += a[i] * b[j] for i < R, j < C.
+    With ``accumulate`` = 0 the first step overwrites ACC instead of adding.
+    """
+    a_addr:     16
+    a_stride:   16
+    b_addr:     16
+    b_stride:   16
+    k:          16
+    accumulate: 1
+
+
+class AccBiasArgs(data.Struct):
+    """Operands of ACC_BIAS: bias[i] is the i-th little-endian int32 from word ``addr``."""
+    addr: 16
+
+
+class RequantArgs(data.Struct):
+    """Operands of REQUANT: row i of ACC becomes word ``out_addr + i * out_stride``.
+
+    Lane j < C is clamp(ZP_OUT + round_half_even(ACC[i][j] * M / 2**(31 + S)), LO, HI);
+    M, S are MULT_A and SHIFT, or, with ``per_channel``, the int32 multiplier and the
+    shift byte of row i's 8-byte entry in the table at word ``param_addr``.
+    """
+    out_addr:    16
+    out_stride:  16
+    per_channel: 1
+    param_addr:  16
+
+
+class VaddArgs(data.Struct):
+    """Operands of VADD over ``n`` words: lane-wise
+    clamp(ZP_OUT + round_half_even(((a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B) / 2**(31 + SHIFT)), LO, HI).
+    """
+    a_addr:   16
+    b_addr:   16
+    out_addr: 16
+    n:        12
+
+
+class VpoolArgs(data.Struct):
+    """Operands of VPOOL: output word o (o < n) combines, lane-wise, the ``window``
+    words ``in_addr + o * in_step + t * in_stride`` (t < window); with ``pairs``, lanes
+    2j and 2j+1 are combined too, into lane j (upper lanes 0). Max: the largest int8.
+    Average: the sum of (x - ZP_A) requantised with MULT_A, SHIFT, ZP_OUT, LO, HI.
+    """
+    in_addr:   16
+    in_stride: 16
+    in_step:   16
+    out_addr:  16
+    n:         12
+    window:    4
+    average:   1
+    pairs:     1
+
+
+class VclampArgs(data.Struct):
+    """Operands of VCLAMP over ``n`` words: lane-wise clamp(x, lo, hi) (int8)."""
+    in_addr:  16
+    out_addr: 16
+    n:        12
+    lo:       8
+    hi:       8
+
+
+class CmpOp(enum.Enum, shape=2):
+    GE = 0
+    GT = 1
+    LT = 2
+    EQ = 3
+
+
+class VcmpArgs(data.Struct):
+    """Operands of VCMP: F[flag] = (v op imm), v = int8 lane ``lane`` of word ``addr``,
+    or, with ``reduce``, the largest of lanes 0..lane of the words from ``addr`` on."""
+    addr:   16
+    lane:   8
+    reduce: 1
+    op:     CmpOp
+    imm:    8
+    flag:   3
+
+
+class VargmaxArgs(data.Struct):
+    """Operands of VARGMAX: X[index] = the lane number (0..n-1, counting across the
+    words from ``addr``) of the largest int8; the lowest such lane on ties."""
+    addr:  16
+    n:     12
+    index: 2
+
+
+class VectorCfg(enum.Enum, shape=4):
+    """Vector configuration registers (VCFG)."""
+    MULT_A = 0   #: Q0.31 multiplier (0 .. 2**31 - 1)
+    MULT_B = 1
+    SHIFT  = 2   #: extra right shift, 0..31
+    ZP_A   = 3   #: int8 zero points
+    ZP_B   = 4
+    ZP_OUT = 5
+    LO     = 6   #: int8 clamp bounds
+    HI     = 7
+
+
+class VcfgArgs(data.Struct):
+    """Operands of VCFG: the configuration register ``reg`` = ``value``."""
+    reg:   VectorCfg
+    value: 32
 
 
 class MicroArgs(data.Union):
     dma: DmaArgs
+    wait: WaitArgs
+    matmul: MatmulArgs
+    acc_bias: AccBiasArgs
+    requant: RequantArgs
+    vadd: VaddArgs
+    vpool: VpoolArgs
+    vclamp: VclampArgs
+    vcmp: VcmpArgs
+    vargmax: VargmaxArgs
+    vcfg: VcfgArgs
     raw: 120
 
 
@@ -107,6 +256,7 @@ class FaultCause(enum.Enum, shape=4):
     PLAN_RANGE    = 7   #: plan PC ran past the end of the bank
     SLOT_RANGE    = 8   #: micro PC ran past the end of the slot
     ABORTED       = 9   #: the host wrote CTRL.abort while a plan ran
+    SWITCH_RANGE  = 10  #: SWITCH index at or beyond its table size
 
 
 class TraceRecord(data.Struct):
