@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 62f0fdae6012db0e. */
+ * Generated for hardware profile 7f71a1bea8fd0804. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         1
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "62f0fdae6012db0e"
+#define FT_PROFILE_HASH                          "7f71a1bea8fd0804"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -25,6 +25,8 @@
 #define FT_CFG_PLAN_DEPTH                        128
 #define FT_CFG_GMEM_BYTES                        65536
 #define FT_CFG_TRACE_DEPTH                       32
+#define FT_CFG_STAGING_WORDS                     64
+#define FT_CFG_DMA_QUEUE                         4
 #define FT_CFG_SLOT_COUNTERS                     1
 
 /* Values of the identity registers for that configuration. */
@@ -32,7 +34,7 @@
 #define FT_VERSION_VALUE                         0x00000100u
 #define FT_HWCFG_ARRAY_VALUE                     0x00080808u
 #define FT_HWCFG_SPAD_VALUE                      0x08040200u
-#define FT_HWCFG_CTRL_VALUE                      0x00157608u
+#define FT_HWCFG_CTRL_VALUE                      0x04D57608u
 #define FT_HWCFG_GMEM_VALUE                      0x00010000u
 
 /* Regions. */
@@ -84,6 +86,10 @@
 #define FT_HWCFG_CTRL_TRACE_DEPTH_LOG2_MASK      0x000F0000u  /* R */
 #define FT_HWCFG_CTRL_SLOT_COUNTERS_SHIFT        20
 #define FT_HWCFG_CTRL_SLOT_COUNTERS_MASK         0x00100000u  /* R */
+#define FT_HWCFG_CTRL_STAGING_WORDS_LOG2_SHIFT   21
+#define FT_HWCFG_CTRL_STAGING_WORDS_LOG2_MASK    0x01E00000u  /* R */
+#define FT_HWCFG_CTRL_DMA_QUEUE_LOG2_SHIFT       25
+#define FT_HWCFG_CTRL_DMA_QUEUE_LOG2_MASK        0x0E000000u  /* R */
 
 /* HWCFG_GMEM: Global memory configuration. */
 #define FT_HWCFG_GMEM_ADDR                       0x0014u
@@ -119,6 +125,10 @@
 #define FT_STATUS_IN_KERNEL_MASK                 0x00000040u  /* R */
 #define FT_STATUS_SLOT_SHIFT                     7
 #define FT_STATUS_SLOT_MASK                      0x00000780u  /* R */
+#define FT_STATUS_SPECULATING_SHIFT              11
+#define FT_STATUS_SPECULATING_MASK               0x00000800u  /* R */
+#define FT_STATUS_EXEC_BANK_SHIFT                12
+#define FT_STATUS_EXEC_BANK_MASK                 0x00001000u  /* R */
 
 /* WATCHDOG: Watchdog: a plan still running after `limit` cycles faults with WATCHDOG. */
 #define FT_WATCHDOG_ADDR                         0x0028u
@@ -145,6 +155,16 @@
 #define FT_PC_PLAN_MASK                          0x0000FFFFu  /* R */
 #define FT_PC_MICRO_SHIFT                        16
 #define FT_PC_MICRO_MASK                         0xFFFF0000u  /* R */
+
+/* FLAGS: Flag registers (written by VCMP, tested by BRANCH and ASSUME). */
+#define FT_FLAGS_ADDR                            0x0038u
+#define FT_FLAGS_FLAGS_SHIFT                     0
+#define FT_FLAGS_FLAGS_MASK                      0x000000FFu  /* R */
+
+/* MISS_PC: Plan PC of the ASSUME whose guard failed last. */
+#define FT_MISS_PC_ADDR                          0x003Cu
+#define FT_MISS_PC_PC_SHIFT                      0
+#define FT_MISS_PC_PC_MASK                       0x0000FFFFu  /* R */
 
 /* FAULT: Cause of the last fault (valid while STATUS.faulted). */
 #define FT_FAULT_ADDR                            0x0040u
@@ -207,6 +227,12 @@
 #define FT_TRACE_DATA_DATA_SHIFT                 0
 #define FT_TRACE_DATA_DATA_MASK                  0xFFFFFFFFu  /* R */
 
+/* INDEX[i]: Index register X0 (written by VARGMAX, read by SWITCH). */
+#define FT_INDEX_ADDR(i)                         (0x0080u + 0x4u * (i))
+#define FT_INDEX_COUNT                           4
+#define FT_INDEX_VALUE_SHIFT                     0
+#define FT_INDEX_VALUE_MASK                      0x0000FFFFu  /* R */
+
 /* PART[i]: Scratchpad partition i. */
 #define FT_PART_ADDR(i)                          (0x0100u + 0x4u * (i))
 #define FT_PART_COUNT                            8
@@ -258,12 +284,26 @@
 #define FT_FAULTS_HI_ADDR                        0x046Cu
 #define FT_REFUSED_WRITES_LO_ADDR                0x0470u
 #define FT_REFUSED_WRITES_HI_ADDR                0x0474u
+#define FT_SPEC_HITS_LO_ADDR                     0x0478u
+#define FT_SPEC_HITS_HI_ADDR                     0x047Cu
+#define FT_SPEC_MISSES_LO_ADDR                   0x0480u
+#define FT_SPEC_MISSES_HI_ADDR                   0x0484u
+#define FT_SPEC_FAULTS_LO_ADDR                   0x0488u
+#define FT_SPEC_FAULTS_HI_ADDR                   0x048Cu
+#define FT_ROLLBACK_CYCLES_LO_ADDR               0x0490u
+#define FT_ROLLBACK_CYCLES_HI_ADDR               0x0494u
 #define FT_SLOT_CALLS_LO_ADDR(i)                 (0x0600u + 0x10u * (i))
 #define FT_SLOT_CALLS_HI_ADDR(i)                 (0x0604u + 0x10u * (i))
 #define FT_SLOT_CALLS_COUNT                      8
 #define FT_SLOT_CYCLES_LO_ADDR(i)                (0x0608u + 0x10u * (i))
 #define FT_SLOT_CYCLES_HI_ADDR(i)                (0x060Cu + 0x10u * (i))
 #define FT_SLOT_CYCLES_COUNT                     8
+#define FT_BRANCH_TAKEN_LO_ADDR(i)               (0x0700u + 0x10u * (i))
+#define FT_BRANCH_TAKEN_HI_ADDR(i)               (0x0704u + 0x10u * (i))
+#define FT_BRANCH_TAKEN_COUNT                    8
+#define FT_BRANCH_NOT_TAKEN_LO_ADDR(i)           (0x0708u + 0x10u * (i))
+#define FT_BRANCH_NOT_TAKEN_HI_ADDR(i)           (0x070Cu + 0x10u * (i))
+#define FT_BRANCH_NOT_TAKEN_COUNT                8
 
 /* Trace FIFO: a record is FT_TRACE_WORDS words, least significant first. */
 #define FT_TRACE_WORDS                           8

@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, \
-    TraceRecord
-from .dma import DmaCommand
+    TraceRecord, FLAGS, INDEX_REGS
+from .dma_queue import QueuedDmaCommand
 
 
 __all__ = ["ControlUnit", "ControlEvents"]
@@ -21,6 +21,7 @@ class _State(enum.Enum):
     MICRO_FETCH = 3
     MICRO_EXEC  = 4
     FAULT       = 5
+    PUBLISH     = 6   # COMMIT hit: staged stores drain into GMEM
 
 
 class ControlEvents(data.Struct):
@@ -33,6 +34,13 @@ class ControlEvents(data.Struct):
     inference:     1   #: a plan reached DONE
     swap:          1   #: the active plan bank changed
     fault:         1   #: the tile stopped on a fault
+    branch:        1   #: a BRANCH retired (on flag ``flag``)
+    taken:         1   #: ... and was taken
+    flag:          3
+    spec_hit:      1   #: a COMMIT found its guard true
+    spec_miss:     1   #: a guard failed: rolled back to the other bank
+    spec_fault:    1   #: ... because of a fault inside the speculative region
+    rollback:      1   #: a cycle between a failed guard and the fallback's first instruction
 
 
 class ControlUnit(wiring.Component):
@@ -45,9 +53,18 @@ class ControlUnit(wiring.Component):
     table) and queued to the DMA engine. DONE ends the plan and is the safe point where
     a requested bank swap is taken; an idle tile takes a swap at once.
 
-    Every error stops the tile in the fault state with cause, bank, slot, PCs and an
-    address recorded, and the DMA engine aborted. The tile leaves the fault state only
-    on ``clear_fault``.
+    Plan control flow: JUMP, BRANCH on a flag, SWITCH on an index register. ASSUME
+    opens a speculative region: the staging buffer holds the region's GMEM stores and
+    both plan banks are locked. A miss (the guarded flag written with the other value,
+    the guard false at COMMIT, staging overflow, or a fault inside the region) discards
+    the staged stores and the running kernel and continues *in the other bank* at the
+    ASSUME's resume PC, with no host involvement; a hit (guard true at COMMIT)
+    publishes the staged stores. After DONE the tile returns to the bank it started
+    in (``active_bank``), so a speculative plan stays installed across inferences.
+
+    Every other error stops the tile in the fault state with cause, bank, slot, PCs and
+    an address recorded, and the DMA engine aborted. The tile leaves the fault state
+    only on ``clear_fault``.
 
     Parameters
     ----------
@@ -69,18 +86,40 @@ class ControlUnit(wiring.Component):
     kern_rd_slot, kern_rd_upc : Out
         Kernel store read address (data one cycle later on ``kern_rd_data``).
     kern_rd_data : In(128)
-    dma_cmd : Out(stream.Signature(DmaCommand))
+    dma_push : Out(stream.Signature(QueuedDmaCommand))
+        To the DMA queue.
+    dma_outstanding : In(DMA_TOKENS)
+        Tokens with a queued or running DMA.
     dma_busy, dma_fault : In(1)
     dma_fault_cause : In(FaultCause)
     dma_fault_addr : In(32)
     dma_fault_part : In(4)
     dma_abort : Out(1)
-        Stop the DMA engine (on entering the fault state).
+        Stop the DMA engine and flush its queue (fault, rollback).
     dma_word_in, dma_word_out : In(1)
         One pulse per word the DMA moved (for the call's trace record).
     cycles : In(32)
         The CYCLES counter, stamped into trace records.
+    flag_we, flag_value : In(1)
+    flag_sel : In(3)
+        A vector instruction (VCMP) writes flag ``flag_sel``.
+    index_we : In(1)
+    index_sel : In(2)
+    index_value : In(16)
+        A vector instruction (VARGMAX) writes index register ``index_sel``.
+    flags : Out(FLAGS)
+    index : Out(ArrayLayout(16, INDEX_REGS))
+    speculating : Out(1)
+        A speculative region is open (stores go to the staging buffer).
+    plan_lock_all : Out(1)
+        Both plan banks must refuse host writes.
+    staging_publish, staging_discard : Out(1)
+    staging_draining, staging_overflow : In(1)
+    miss_pc : Out(16)
+        PC of the ASSUME whose guard failed last.
     running, done, faulted, active_bank, swap_pending, in_kernel : Out(1)
+    exec_bank : Out(1)
+        The bank being executed (differs from ``active_bank`` after a miss).
     slot : Out(4)
         The executing slot (valid while ``in_kernel``).
     plan_pc, micro_pc : Out(16)
@@ -107,11 +146,19 @@ class ControlUnit(wiring.Component):
             "slot_part": In(data.ArrayLayout(4, k)),
             "plan_rd_bank": Out(1), "plan_rd_pc": Out(16), "plan_rd_data": In(64),
             "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_data": In(128),
-            "dma_cmd": Out(stream.Signature(DmaCommand)),
+            "dma_push": Out(stream.Signature(QueuedDmaCommand)),
+            "dma_outstanding": In(4),
             "dma_busy": In(1), "dma_fault": In(1), "dma_fault_cause": In(FaultCause),
             "dma_fault_addr": In(32), "dma_fault_part": In(4), "dma_abort": Out(1),
             "dma_word_in": In(1), "dma_word_out": In(1),
             "cycles": In(32),
+            "flag_we": In(1), "flag_sel": In(3), "flag_value": In(1),
+            "index_we": In(1), "index_sel": In(2), "index_value": In(16),
+            "flags": Out(FLAGS), "index": Out(data.ArrayLayout(16, INDEX_REGS)),
+            "speculating": Out(1), "plan_lock_all": Out(1),
+            "staging_publish": Out(1), "staging_discard": Out(1),
+            "staging_draining": In(1), "staging_overflow": In(1),
+            "miss_pc": Out(16), "exec_bank": Out(1),
             "running": Out(1), "done": Out(1), "faulted": Out(1), "active_bank": Out(1),
             "swap_pending": Out(1), "in_kernel": Out(1), "slot": Out(4),
             "plan_pc": Out(16), "micro_pc": Out(16), "mark": Out(24),
@@ -143,14 +190,27 @@ class ControlUnit(wiring.Component):
         call_words_in = Signal(32)
         call_words_out = Signal(32)
 
+        # The speculative region: its guard and where a miss continues.
+        guard_flag = Signal(3)
+        guard_value = Signal()
+        resume_pc = Signal(24)
+
         # The store read ports re-read the same address every cycle, so an
         # instruction's bits stay valid for as long as it takes to execute it.
         m.d.comb += [
-            self.plan_rd_bank.eq(self.active_bank),
+            self.plan_rd_bank.eq(self.exec_bank),
             self.plan_rd_pc.eq(self.plan_pc),
             self.kern_rd_slot.eq(self.slot),
             self.kern_rd_upc.eq(self.micro_pc),
+            self.plan_lock_all.eq(self.running &
+                                  (self.speculating | (self.exec_bank != self.active_bank))),
         ]
+
+        # -- flags and index registers ----------------------------------------------------
+        with m.If(self.flag_we):
+            m.d.sync += self.flags.bit_select(self.flag_sel, 1).eq(self.flag_value)
+        with m.If(self.index_we):
+            m.d.sync += self.index[self.index_sel].eq(self.index_value)
 
         # -- fault entry ------------------------------------------------------------
         fault = Signal()
@@ -174,7 +234,7 @@ class ControlUnit(wiring.Component):
         record = self.trace_record
         m.d.comb += [
             record.slot.eq(self.slot),
-            record.bank.eq(self.active_bank),
+            record.bank.eq(self.exec_bank),
             record.pc.eq(call_pc),
             record.start.eq(call_start),
             # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
@@ -199,19 +259,29 @@ class ControlUnit(wiring.Component):
         next_pc = self.plan_pc + 1
         next_upc = self.micro_pc + 1
 
-        def plan_next():
-            m.d.sync += self.plan_pc.eq(next_pc)
-            m.d.comb += self.events.plan_retired.eq(1)
-            m.d.sync += state.eq(_State.PLAN_FETCH)
+        def plan_goto(pc):
+            # Targets are 24-bit operands: check them whole, before plan_pc truncates.
+            target = Signal(25)
+            m.d.comb += target.eq(pc)
+            with m.If(target >= cfg.plan_depth):
+                raise_fault(FaultCause.PLAN_RANGE, target)
+            with m.Else():
+                m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
+                m.d.comb += self.events.plan_retired.eq(1)
 
         def micro_next():
-            m.d.sync += self.micro_pc.eq(next_upc)
+            m.d.sync += [self.micro_pc.eq(next_upc), state.eq(_State.MICRO_FETCH)]
             m.d.comb += self.events.micro_retired.eq(1)
-            m.d.sync += state.eq(_State.MICRO_FETCH)
 
-        # An explicit state register rather than m.FSM: faults from any state are one
-        # override at the end instead of a check in every state.
+        # An explicit state register rather than m.FSM: faults and misses from any
+        # state are one override at the end instead of a check in every state.
         state = Signal(_State)
+        miss = Signal()
+        rolling_back = Signal()     # from a miss until the fallback's first instruction
+        with m.If(state == _State.PLAN_EXEC):
+            m.d.sync += rolling_back.eq(0)
+        m.d.comb += self.events.rollback.eq(rolling_back)
+
         with m.Switch(state):
             with m.Case(_State.IDLE):
                 with m.If(self.swap_pending | self.swap):
@@ -219,9 +289,9 @@ class ControlUnit(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [
                         self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
-                        watchdog.eq(0),
+                        self.exec_bank.eq(self.active_bank), watchdog.eq(0),
+                        state.eq(_State.PLAN_FETCH),
                     ]
-                    m.d.sync += state.eq(_State.PLAN_FETCH)
 
             with m.Case(_State.PLAN_FETCH):
                 with m.If(self.plan_pc >= cfg.plan_depth):
@@ -230,22 +300,72 @@ class ControlUnit(wiring.Component):
                     m.d.sync += state.eq(_State.PLAN_EXEC)
 
             with m.Case(_State.PLAN_EXEC):
-                with m.If(plan.cond != 0):
-                    raise_fault(FaultCause.ILLEGAL_PLAN, self.plan_rd_data[:32])
+                illegal_plan = Signal()
+                # Only BRANCH and ASSUME use cond, and only its bit 0.
+                with m.If(plan.cond[1:] != 0):
+                    m.d.comb += illegal_plan.eq(1)
+                with m.Elif((plan.cond != 0) & (plan.op != PlanOp.BRANCH) &
+                            (plan.op != PlanOp.ASSUME)):
+                    m.d.comb += illegal_plan.eq(1)
                 with m.Else():
                     with m.Switch(plan.op):
                         with m.Case(PlanOp.NOP):
-                            plan_next()
+                            plan_goto(next_pc)
                         with m.Case(PlanOp.MARK):
                             m.d.sync += self.mark.eq(plan.a)
-                            plan_next()
+                            plan_goto(next_pc)
+                        with m.Case(PlanOp.JUMP):
+                            plan_goto(plan.a)
+                        with m.Case(PlanOp.BRANCH):
+                            taken = Signal()
+                            m.d.comb += taken.eq(self.flags.bit_select(plan.sel[:3], 1) ==
+                                                 plan.cond[0])
+                            with m.If(plan.sel >= FLAGS):
+                                m.d.comb += illegal_plan.eq(1)
+                            with m.Else():
+                                m.d.comb += [self.events.branch.eq(1),
+                                             self.events.taken.eq(taken),
+                                             self.events.flag.eq(plan.sel)]
+                                plan_goto(Mux(taken, plan.a, next_pc))
+                        with m.Case(PlanOp.SWITCH):
+                            where = Signal(16)
+                            m.d.comb += where.eq(self.index[plan.sel[:2]])
+                            with m.If(plan.sel >= INDEX_REGS):
+                                m.d.comb += illegal_plan.eq(1)
+                            with m.Elif(where >= plan.b):
+                                raise_fault(FaultCause.SWITCH_RANGE, where)
+                            with m.Else():
+                                plan_goto(plan.a + where)
+                        with m.Case(PlanOp.ASSUME):
+                            with m.If((plan.sel >= FLAGS) | self.speculating):
+                                m.d.comb += illegal_plan.eq(1)
+                            with m.Else():
+                                m.d.sync += [
+                                    self.speculating.eq(1), guard_flag.eq(plan.sel),
+                                    guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
+                                    self.miss_pc.eq(self.plan_pc),
+                                ]
+                                plan_goto(next_pc)
+                        with m.Case(PlanOp.COMMIT):
+                            with m.If(~self.speculating):
+                                m.d.comb += illegal_plan.eq(1)
+                            with m.Elif(self.flags.bit_select(guard_flag, 1) != guard_value):
+                                m.d.comb += miss.eq(1)
+                            with m.Else():
+                                m.d.comb += [self.staging_publish.eq(1),
+                                             self.events.spec_hit.eq(1)]
+                                m.d.sync += [self.speculating.eq(0),
+                                             state.eq(_State.PUBLISH)]
                         with m.Case(PlanOp.DONE):
-                            m.d.sync += [self.running.eq(0), self.done.eq(1)]
-                            m.d.comb += [self.events.plan_retired.eq(1),
-                                         self.events.inference.eq(1)]
-                            with m.If(self.swap_pending | self.swap):
-                                m.d.comb += take_swap.eq(1)
-                            m.d.sync += state.eq(_State.IDLE)
+                            with m.If(self.speculating):
+                                m.d.comb += illegal_plan.eq(1)
+                            with m.Else():
+                                m.d.sync += [self.running.eq(0), self.done.eq(1),
+                                             state.eq(_State.IDLE)]
+                                m.d.comb += [self.events.plan_retired.eq(1),
+                                             self.events.inference.eq(1)]
+                                with m.If(self.swap_pending | self.swap):
+                                    m.d.comb += take_swap.eq(1)
                         with m.Case(PlanOp.CALL):
                             slot_ok = Signal()
                             m.d.comb += slot_ok.eq((plan.sel < cfg.kernel_slots) &
@@ -261,10 +381,17 @@ class ControlUnit(wiring.Component):
                                     call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
                                     call_cycles.eq(0), call_dma_busy.eq(0),
                                     call_words_in.eq(0), call_words_out.eq(0),
+                                    state.eq(_State.MICRO_FETCH),
                                 ]
-                                m.d.sync += state.eq(_State.MICRO_FETCH)
                         with m.Default():
-                            raise_fault(FaultCause.ILLEGAL_PLAN, self.plan_rd_data[:32])
+                            m.d.comb += illegal_plan.eq(1)
+                with m.If(illegal_plan):
+                    raise_fault(FaultCause.ILLEGAL_PLAN, self.plan_rd_data[:32])
+
+            with m.Case(_State.PUBLISH):
+                # The COMMIT retires once its stores are in GMEM.
+                with m.If(~self.staging_draining):
+                    plan_goto(next_pc)
 
             with m.Case(_State.MICRO_FETCH):
                 with m.If(self.micro_pc >= cfg.slot_depth):
@@ -287,7 +414,7 @@ class ControlUnit(wiring.Component):
                                 m.d.comb += base.eq(arg_b)
                             with m.Default():
                                 raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
-                        cmd = self.dma_cmd.payload
+                        cmd = self.dma_push.payload.command
                         m.d.comb += [
                             cmd.store.eq(micro.op == MicroOp.DMA_STORE),
                             cmd.gmem_addr.eq(base + dma_args.gmem_addr),
@@ -297,20 +424,23 @@ class ControlUnit(wiring.Component):
                             cmd.spad_stride.eq(dma_args.spad_stride),
                             cmd.rows.eq(dma_args.rows),
                             cmd.cols.eq(dma_args.cols),
+                            self.dma_push.payload.token.eq(dma_args.token),
                         ]
                         with m.If(~fault):
-                            m.d.comb += self.dma_cmd.valid.eq(1)
-                            with m.If(self.dma_cmd.ready):
+                            m.d.comb += self.dma_push.valid.eq(1)
+                            with m.If(self.dma_push.ready):
                                 micro_next()
                             with m.Else():
                                 m.d.comb += self.events.stall_dma.eq(1)
                     with m.Case(MicroOp.WAIT):
-                        with m.If(self.dma_busy):
+                        tokens = micro.args.wait.tokens
+                        with m.If((self.dma_outstanding &
+                                   Mux(tokens == 0, 0b1111, tokens)) != 0):
                             m.d.comb += self.events.stall_dma.eq(1)
                         with m.Else():
                             micro_next()
                     with m.Case(MicroOp.RET):
-                        with m.If(self.dma_busy):
+                        with m.If(self.dma_outstanding != 0):
                             m.d.comb += self.events.stall_dma.eq(1)
                         with m.Else():
                             m.d.sync += self.in_kernel.eq(0)
@@ -319,43 +449,86 @@ class ControlUnit(wiring.Component):
                                 self.events.call_done.eq(1),
                                 self.trace_push.eq(1),
                             ]
-                            plan_next()
+                            plan_goto(next_pc)
                     with m.Default():
                         raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
 
             with m.Case(_State.FAULT):
                 with m.If(self.clear_fault):
-                    m.d.sync += self.faulted.eq(0)
-                    m.d.sync += state.eq(_State.IDLE)
+                    m.d.sync += [self.faulted.eq(0), state.eq(_State.IDLE)]
 
         # Faults raised by the DMA engine, the watchdog or the host win over
         # whatever the sequencers were doing this cycle.
         with m.If(self.running & self.dma_fault):
             raise_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
+
+        # -- speculation: a miss continues in the other bank ------------------------------
+        with m.If(self.speculating):
+            with m.If(self.flag_we & (self.flag_sel == guard_flag) &
+                      (self.flag_value != guard_value)):
+                m.d.comb += miss.eq(1)
+            with m.If(self.staging_overflow):
+                m.d.comb += miss.eq(1)
+            # A fault the guess may have caused rolls back instead of stopping the tile.
+            with m.If(fault):
+                m.d.comb += [miss.eq(1), self.events.spec_fault.eq(1)]
+
         with m.If(self.running & (self.watchdog_limit != 0) &
                   (watchdog >= self.watchdog_limit)):
             raise_fault(FaultCause.WATCHDOG, watchdog)
         with m.If(self.running & self.abort):
             raise_fault(FaultCause.ABORTED)
+        stop = Signal()
+        m.d.comb += stop.eq(fault & ~(self.speculating & (fault_cause != FaultCause.WATCHDOG) &
+                                      (fault_cause != FaultCause.ABORTED)))
 
-        with m.If(fault):
+        with m.If(miss & ~stop):
+            m.d.sync += [
+                rolling_back.eq(1),
+                self.speculating.eq(0), self.in_kernel.eq(0),
+                self.exec_bank.eq(~self.exec_bank), self.plan_pc.eq(resume_pc),
+                state.eq(_State.PLAN_FETCH),
+            ]
+            m.d.comb += [
+                self.events.spec_miss.eq(1),
+                self.events.rollback.eq(1),
+                self.staging_discard.eq(1),
+                self.dma_abort.eq(1),
+                # A call abandoned by a miss is still traced, marked as faulted.
+                self.trace_push.eq(self.in_kernel),
+                record.faulted.eq(1),
+                self.events.micro_retired.eq(0),
+                self.events.plan_retired.eq(0),
+                self.events.call_done.eq(0),
+                self.dma_push.valid.eq(0),
+                self.staging_publish.eq(0),
+                self.events.spec_hit.eq(0),
+            ]
+
+        with m.If(stop):
             m.d.sync += [
                 self.running.eq(0), self.faulted.eq(1), self.in_kernel.eq(0),
+                self.speculating.eq(0),
                 self.fault_cause.eq(fault_cause), self.fault_addr.eq(fault_addr),
-                self.fault_part.eq(fault_part), self.fault_bank.eq(self.active_bank),
+                self.fault_part.eq(fault_part), self.fault_bank.eq(self.exec_bank),
                 self.fault_in_kernel.eq(self.in_kernel), self.fault_slot.eq(self.slot),
                 self.fault_pc.eq(self.plan_pc), self.fault_upc.eq(self.micro_pc),
+                state.eq(_State.FAULT),
             ]
             m.d.comb += [
                 self.events.fault.eq(1),
+                self.events.spec_miss.eq(0),
+                self.events.spec_fault.eq(0),
                 self.dma_abort.eq(1),
+                self.staging_discard.eq(1),
                 # A call cut short by a fault is still traced, marked as faulted.
                 self.trace_push.eq(self.in_kernel),
                 record.faulted.eq(1),
                 self.events.micro_retired.eq(0),
                 self.events.plan_retired.eq(0),
                 self.events.call_done.eq(0),
-                self.dma_cmd.valid.eq(0),
+                self.dma_push.valid.eq(0),
+                self.staging_publish.eq(0),
+                self.events.spec_hit.eq(0),
             ]
-            m.d.sync += state.eq(_State.FAULT)
         return m

@@ -19,13 +19,14 @@ from functools import lru_cache
 from amaranth.lib import enum
 
 from ..kernels.config import TileConfig
-from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS, FaultCause, TraceRecord
+from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS, FaultCause, TraceRecord, \
+    FLAGS, INDEX_REGS
 from .registers import Access, Field, Register, Counter, Window, MemoryMap
 
 
 __all__ = [
     "MAGIC", "VERSION", "CSR_BASE", "CSR_SPAN", "PLAN_BASE", "SLOT_BASE", "GMEM_BASE",
-    "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "TRACE_WORDS",
+    "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "TRACE_WORDS",
     "tile_memory_map", "hwcfg_values", "config_from_hwcfg",
 ]
 
@@ -45,6 +46,7 @@ PART_TABLE_BASE    = 0x100
 SLOT_TABLE_BASE    = 0x180
 COUNTER_BASE       = 0x400
 SLOT_COUNTER_BASE  = 0x600
+BRANCH_COUNTER_BASE = 0x700
 
 TRACE_WORDS = TraceRecord.as_shape().size // 32
 
@@ -69,6 +71,16 @@ COUNTERS = (
     ("swaps",          "Plan bank swaps taken."),
     ("faults",         "Faults that stopped the tile."),
     ("refused_writes", "Bus writes refused (active plan bank, executing slot, ...)."),
+    ("spec_hits",      "COMMITs that found their guard true (staged stores published)."),
+    ("spec_misses",    "Speculative regions rolled back to the other bank."),
+    ("spec_faults",    "... of which because of a fault inside the region."),
+    ("rollback_cycles", "Cycles from a failed guard to the fallback's first instruction."),
+)
+
+# Per-flag branch counters: BRANCH_<NAME>[f], f = the flag a BRANCH tests.
+BRANCH_COUNTERS = (
+    ("taken",     "BRANCHes on this flag that were taken."),
+    ("not_taken", "BRANCHes on this flag that were not taken."),
 )
 
 # Per-slot counters: SLOT_<NAME>[i].
@@ -116,6 +128,8 @@ def tile_memory_map(config):
             Field("plan_depth_log2", 4, R, doc="log2(plan instructions per bank)."),
             Field("trace_depth_log2", 4, R, doc="log2(trace FIFO records)."),
             Field("slot_counters", 1, R, doc="Per-slot counters are present."),
+            Field("staging_words_log2", 4, R, doc="log2(speculation staging words)."),
+            Field("dma_queue_log2", 3, R, doc="log2(DMA commands queued)."),
         ], "Control configuration."), 0x010, group="identity")
     reg(Register("HWCFG_GMEM", [Field("bytes", 24, R, doc="GMEM size in bytes.")],
                  "Global memory configuration."), 0x014, group="identity")
@@ -136,6 +150,8 @@ def tile_memory_map(config):
             Field("dma_busy", 1, R, doc="The DMA engine is busy."),
             Field("in_kernel", 1, R, doc="A kernel slot is executing."),
             Field("slot", 4, R, doc="The slot executing (valid while in_kernel)."),
+            Field("speculating", 1, R, doc="A speculative region (ASSUME .. COMMIT) is open."),
+            Field("exec_bank", 1, R, doc="Bank being executed (the other one after a miss)."),
         ], "Tile state."), 0x024, group="control")
     reg(Register("WATCHDOG", [Field("limit", 32, RW, doc="Cycle limit per plan run; 0 = off.")],
                  "Watchdog: a plan still running after `limit` cycles faults with WATCHDOG."),
@@ -148,6 +164,15 @@ def tile_memory_map(config):
                  "Progress marker written by the plan."), 0x030, group="control")
     reg(Register("PC", [Field("plan", 16, R, doc="Plan PC."), Field("micro", 16, R, doc="Micro PC.")],
                  "Current program counters."), 0x034, group="control")
+    reg(Register("FLAGS", [Field("flags", FLAGS, R, doc="F0 (bit 0) .. F7.")],
+                 "Flag registers (written by VCMP, tested by BRANCH and ASSUME)."),
+        0x038, group="control")
+    reg(Register("MISS_PC", [Field("pc", 16, R)],
+                 "Plan PC of the ASSUME whose guard failed last."), 0x03C, group="control")
+    for i in range(INDEX_REGS):
+        reg(Register(f"INDEX[{i}]", [Field("value", 16, R)],
+                     f"Index register X{i} (written by VARGMAX, read by SWITCH)."),
+            0x080 + 4 * i, group="index", index=i)
 
     # -- faults -------------------------------------------------------------------
     reg(Register("FAULT", [
@@ -206,6 +231,13 @@ def tile_memory_map(config):
                                SLOT_COUNTER_BASE + stride * s + 8 * j,
                                group=f"slot_counter_{name}", index=s)
 
+    stride = 8 * len(BRANCH_COUNTERS)
+    for f in range(FLAGS):
+        for j, (name, doc) in enumerate(BRANCH_COUNTERS):
+            mm.add_counter(Counter(f"BRANCH_{name.upper()}[{f}]", doc),
+                           BRANCH_COUNTER_BASE + stride * f + 8 * j,
+                           group=f"branch_counter_{name}", index=f)
+
     # -- memory windows -----------------------------------------------------------
     plan_bytes = config.plan_depth * PLAN_INSTR_BITS // 8
     plan_span = _pow2_ceil(plan_bytes)
@@ -240,7 +272,9 @@ def hwcfg_values(config):
                            slot_depth_log2=_log2(config.slot_depth),
                            plan_depth_log2=_log2(config.plan_depth),
                            trace_depth_log2=_log2(config.trace_depth),
-                           slot_counters=int(config.slot_counters)),
+                           slot_counters=int(config.slot_counters),
+                           staging_words_log2=_log2(config.staging_words),
+                           dma_queue_log2=_log2(config.dma_queue)),
         "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes),
     }
 
@@ -272,5 +306,7 @@ def config_from_hwcfg(values):
         kernel_slots=int(ctrl.kernel_slots), slot_depth=1 << int(ctrl.slot_depth_log2),
         plan_depth=1 << int(ctrl.plan_depth_log2), trace_depth=1 << int(ctrl.trace_depth_log2),
         slot_counters=bool(int(ctrl.slot_counters)),
+        staging_words=1 << int(ctrl.staging_words_log2),
+        dma_queue=1 << int(ctrl.dma_queue_log2),
         gmem_bytes=int(gmem.bytes),
     )

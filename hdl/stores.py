@@ -122,6 +122,9 @@ class PlanStore(_StoreBase):
         Host window, word address relative to PLAN_BASE.
     active_bank : In(1)
         Bank the control unit runs: host writes to it are refused.
+    lock_all : In(1)
+        Refuse writes to both banks (a speculative plan runs: a miss continues in the
+        other bank, so that one must stay as it is too).
     refused : Out(1)
         One-cycle pulse per refused write, aligned with its ERR.
     rd_bank : In(1)
@@ -145,6 +148,7 @@ class PlanStore(_StoreBase):
         super().__init__({
             "bus":         In(wishbone.Signature(addr_width=self._window.addr_width)),
             "active_bank": In(1),
+            "lock_all":    In(1),
             "refused":     Out(1),
             "rd_bank":     In(1),
             "rd_pc":       In(range(config.plan_depth)),
@@ -166,7 +170,7 @@ class PlanStore(_StoreBase):
         pc = Signal(self._window.index_bits)
         m.d.comb += pc.eq(self.rd_pc)
         self._elaborate_store(m, self._window, PLAN_INSTR_BITS,
-                              refuse=lambda bank: bank == self.active_bank,
+                              refuse=lambda bank: (bank == self.active_bank) | self.lock_all,
                               rd_addr=Cat(pc, self.rd_bank), rd_en=self.rd_en,
                               rd_data=self.rd_data)
         return m

@@ -6,14 +6,17 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from . import wishbone
-from .regmap import (tile_memory_map, hwcfg_values, COUNTERS, SLOT_COUNTERS, ADDR_WIDTH,
-                     CSR_BASE, CSR_SPAN, PLAN_BASE, SLOT_BASE, GMEM_BASE, GMEM_SPAN)
+from ..kernels.isa import FLAGS, INDEX_REGS
+from .regmap import (tile_memory_map, hwcfg_values, COUNTERS, SLOT_COUNTERS, BRANCH_COUNTERS,
+                     ADDR_WIDTH, CSR_BASE, CSR_SPAN, PLAN_BASE, SLOT_BASE, GMEM_BASE, GMEM_SPAN)
 from .csr import CsrBank
 from .counters import PerfCounters
 from .trace import TraceFifo
 from .gmem import GlobalMemory
 from .scratchpad import Scratchpad
 from .dma import Dma
+from .dma_queue import DmaQueue
+from .staging import StagingBuffer
 from .stores import PlanStore, KernelStore
 from .control import ControlUnit
 
@@ -61,6 +64,8 @@ class Tile(wiring.Component):
         m.submodules.gmem = gmem = GlobalMemory(cfg)
         m.submodules.spad = spad = Scratchpad(cfg)
         m.submodules.dma = dma = Dma(cfg)
+        m.submodules.dma_queue = dma_queue = DmaQueue(cfg)
+        m.submodules.staging = staging = StagingBuffer(cfg)
         m.submodules.plans = plans = PlanStore(cfg)
         m.submodules.kernels = kernels = KernelStore(cfg)
         m.submodules.control = ctrl = ControlUnit(cfg)
@@ -83,10 +88,20 @@ class Tile(wiring.Component):
         wiring.connect(m, dec.sub("gmem"), gmem.bus)
 
         # -- datapath -----------------------------------------------------------------
-        wiring.connect(m, dma.gmem, gmem.dma)
+        wiring.connect(m, dma.gmem, staging.dma)
+        wiring.connect(m, staging.gmem, gmem.dma)
         wiring.connect(m, dma.spad, spad.dma)
-        wiring.connect(m, ctrl.dma_cmd, dma.cmd)
+        wiring.connect(m, ctrl.dma_push, dma_queue.push)
+        wiring.connect(m, dma_queue.cmd, dma.cmd)
         m.d.comb += [
+            dma_queue.engine_busy.eq(dma.busy),
+            dma_queue.flush.eq(ctrl.dma_abort),
+            ctrl.dma_outstanding.eq(dma_queue.outstanding),
+            staging.speculate.eq(ctrl.speculating),
+            staging.publish.eq(ctrl.staging_publish),
+            staging.discard.eq(ctrl.staging_discard),
+            ctrl.staging_draining.eq(staging.draining),
+            ctrl.staging_overflow.eq(staging.overflow),
             ctrl.dma_busy.eq(dma.busy),
             ctrl.dma_fault.eq(dma.fault),
             ctrl.dma_fault_cause.eq(dma.fault_cause),
@@ -101,6 +116,7 @@ class Tile(wiring.Component):
             plans.rd_en.eq(1),
             ctrl.plan_rd_data.eq(plans.rd_data),
             plans.active_bank.eq(ctrl.active_bank),
+            plans.lock_all.eq(ctrl.plan_lock_all),
 
             kernels.rd_slot.eq(ctrl.kern_rd_slot),
             kernels.rd_upc.eq(ctrl.kern_rd_upc),
@@ -133,9 +149,13 @@ class Tile(wiring.Component):
             f["STATUS"]["faulted"].eq(ctrl.faulted),
             f["STATUS"]["active_bank"].eq(ctrl.active_bank),
             f["STATUS"]["swap_pending"].eq(ctrl.swap_pending),
-            f["STATUS"]["dma_busy"].eq(dma.busy),
+            f["STATUS"]["dma_busy"].eq(~dma_queue.idle),
             f["STATUS"]["in_kernel"].eq(ctrl.in_kernel),
             f["STATUS"]["slot"].eq(ctrl.slot),
+            f["STATUS"]["speculating"].eq(ctrl.speculating),
+            f["STATUS"]["exec_bank"].eq(ctrl.exec_bank),
+            f["FLAGS"]["flags"].eq(ctrl.flags),
+            f["MISS_PC"]["pc"].eq(ctrl.miss_pc),
             f["MARK"]["value"].eq(ctrl.mark),
             f["PC"]["plan"].eq(ctrl.plan_pc),
             f["PC"]["micro"].eq(ctrl.micro_pc),
@@ -157,6 +177,9 @@ class Tile(wiring.Component):
             f["TRACE_DATA"]["data"].eq(trace.data),
             trace.read.eq(csr.read_strobe["TRACE_DATA"]),
         ]
+
+        for i in range(INDEX_REGS):
+            m.d.comb += f[f"INDEX[{i}]"]["value"].eq(ctrl.index[i])
 
         # Partition and slot tables. The entries a running kernel depends on cannot be
         # rewritten under it: such writes are refused like writes to an executing slot.
@@ -211,6 +234,10 @@ class Tile(wiring.Component):
             "swaps":          ev.swap,
             "faults":         ev.fault,
             "refused_writes": refused,
+            "spec_hits":      ev.spec_hit,
+            "spec_misses":    ev.spec_miss,
+            "spec_faults":    ev.spec_fault,
+            "rollback_cycles": ev.rollback,
         }
         assert set(increments) == {name for name, _ in COUNTERS}
         for name, inc in increments.items():
@@ -223,6 +250,13 @@ class Tile(wiring.Component):
                     counters.inc[f"SLOT_CYCLES[{s}]"].eq(here),
                 ]
             assert {n for n, _ in SLOT_COUNTERS} == {"calls", "cycles"}
+        for f_ in range(FLAGS):
+            on_flag = ev.branch & (ev.flag == f_)
+            m.d.comb += [
+                counters.inc[f"BRANCH_TAKEN[{f_}]"].eq(on_flag & ev.taken),
+                counters.inc[f"BRANCH_NOT_TAKEN[{f_}]"].eq(on_flag & ~ev.taken),
+            ]
+        assert {n for n, _ in BRANCH_COUNTERS} == {"taken", "not_taken"}
         for name in counter_names:
             m.d.comb += csr.counters[name].eq(counters.value[name])
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..kernels.config import TileConfig
 from ..hdl import regmap
-from . import regmap_docs
+from . import isa_docs, regmap_docs
 from .transport import TransportError, open_transport, transport_names
 
 
@@ -116,6 +116,27 @@ def regmap_command(args, out):
         text = regmap_docs.c_header(config)
     else:
         text = regmap_docs.markdown(config)
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8", newline="\n")
+        except OSError as e:
+            raise CommandError(f"cannot write {args.output}: {e.strerror}") from e
+    else:
+        out.text(text)
+
+
+# -- isa -------------------------------------------------------------------------------
+
+@command("isa", "print the instruction set reference (Markdown or JSON)", [
+    arg("--markdown", action="store_true",
+        help="Markdown, as in docs/isa.md (the default)"),
+    arg("--output", "-o", metavar="FILE", help="write to FILE instead of stdout"),
+])
+def isa_command(args, out):
+    if out.json:
+        text = json.dumps(isa_docs.as_dict(), indent=2) + "\n"
+    else:
+        text = isa_docs.markdown()
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8", newline="\n")

@@ -16,7 +16,7 @@ beneath it.
 from amaranth.lib import data
 
 from ..kernels.config import TileConfig
-from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS, FaultCause, TraceRecord
+from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS, FaultCause, TraceRecord, FLAGS
 from ..hdl.registers import Access, Window
 from ..hdl import regmap
 from .transport import Transport
@@ -416,15 +416,24 @@ class Device:
         values = self._read_counters(self.memory_map.group("counter"))
         return {name: values[name.upper()] for name, _ in regmap.COUNTERS}
 
+    def _indexed_counters(self, prefix, names, count):
+        entries = [e for e in self.memory_map.counters()
+                   if e.group.startswith(f"{prefix.lower()}_counter_")]
+        values = self._read_counters(entries)
+        return [{name: values[f"{prefix}_{name.upper()}[{i}]"] for name, _ in names}
+                for i in range(count)]
+
     def slot_counters(self):
         """Per-slot counters: a list (index = slot) of {name: int}, names as in
         ``regmap.SLOT_COUNTERS``. Empty if the tile has no per-slot counters."""
         if not self.config.slot_counters:
             return []
-        entries = [e for e in self.memory_map.counters() if e.group.startswith("slot_counter_")]
-        values = self._read_counters(entries)
-        return [{name: values[f"SLOT_{name.upper()}[{s}]"] for name, _ in regmap.SLOT_COUNTERS}
-                for s in range(self.config.kernel_slots)]
+        return self._indexed_counters("SLOT", regmap.SLOT_COUNTERS, self.config.kernel_slots)
+
+    def branch_counters(self):
+        """Per-flag branch counters: a list (index = flag) of {"taken": int,
+        "not_taken": int}, counting the BRANCHes that tested that flag."""
+        return self._indexed_counters("BRANCH", regmap.BRANCH_COUNTERS, FLAGS)
 
     def freeze_counters(self, freeze=True):
         """Stop (or restart) all counters."""

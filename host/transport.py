@@ -292,3 +292,4 @@ def open_transport(target, **kwargs):
 register_transport_path("amaranth", "fusetile.host.amaranth_sim:AmaranthTransport")
 register_transport_path("verilator", "fusetile.sim.cocotb_transport:VerilatorTransport")
 register_transport_path("icarus", "fusetile.sim.cocotb_transport:IcarusTransport")
+register_transport_path("model", "fusetile.host.model_transport:ModelTransport")

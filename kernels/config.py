@@ -45,6 +45,11 @@ class TileConfig:
         Size of the global memory, in bytes (a multiple of ``word_bytes``).
     trace_depth : int
         Records the trace FIFO holds (a power of two).
+    staging_words : int
+        Words of GMEM stores a speculative region can hold until COMMIT publishes them
+        (a power of two); a region that stores more is rolled back.
+    dma_queue : int
+        DMA commands a kernel can queue ahead of the engine (a power of two).
     slot_counters : bool
         Whether per-slot call and cycle counters are built.
 
@@ -67,6 +72,8 @@ class TileConfig:
     plan_depth: int = 128
     gmem_bytes: int = 64 * 1024
     trace_depth: int = 32
+    staging_words: int = 64
+    dma_queue: int = 4
     slot_counters: bool = True
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
@@ -76,6 +83,7 @@ class TileConfig:
         "partitions": (1, 16), "kernel_slots": (1, 16),
         "slot_depth": (2, 1024), "plan_depth": (2, 2048),
         "gmem_bytes": (4, 1 << 20), "trace_depth": (2, 256),
+        "staging_words": (2, 1024), "dma_queue": (2, 16),
     }
 
     def __post_init__(self):
@@ -90,7 +98,8 @@ class TileConfig:
             lo, hi = self._LIMITS[f.name]
             if not lo <= value <= hi:
                 raise ValueError(f"{f.name} must be between {lo} and {hi}, not {value!r}")
-        for name in ("word_bytes", "trace_depth", "slot_depth", "plan_depth"):
+        for name in ("word_bytes", "trace_depth", "slot_depth", "plan_depth", "staging_words",
+                     "dma_queue"):
             if not _is_pow2(getattr(self, name)):
                 raise ValueError(f"{name} must be a power of two, not {getattr(self, name)!r}")
         if self.spad_words > 0xFFFF:

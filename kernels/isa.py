@@ -22,7 +22,7 @@ __all__ = [
     "PLAN_INSTR_BITS", "MICRO_INSTR_BITS",
     "PlanOp", "PlanInstr", "MicroOp", "GmemBase", "DmaArgs", "WaitArgs", "MatmulArgs",
     "AccBiasArgs", "RequantArgs", "VaddArgs", "VpoolArgs", "VclampArgs", "CmpOp", "VcmpArgs",
-    "VargmaxArgs", "VcfgArgs", "VectorCfg", "MicroArgs", "MicroInstr",
+    "VargmaxArgs", "VcfgArgs", "VectorCfg", "VECTOR_CFG_RESET", "MicroArgs", "MicroInstr",
     "FLAGS", "INDEX_REGS", "DMA_TOKENS", "FaultCause", "TraceRecord",
 ]
 
@@ -57,7 +57,7 @@ class PlanOp(enum.Enum, shape=4):
 class PlanInstr(data.Struct):
     """One plan instruction (64 bits)."""
     op:   PlanOp
-    cond: 4     #: condition / mode bits (reserved, must be 0)
+    cond: 4     #: BRANCH/ASSUME: bit 0 is the expected flag value; other bits must be 0
     sel:  8     #: CALL: kernel slot; BRANCH/ASSUME: flag; SWITCH: index register
     a:    24    #: CALL: argument 0; MARK: marker value; branches: target PC
     b:    24    #: CALL: argument 1
@@ -179,10 +179,11 @@ class VclampArgs(data.Struct):
 
 
 class CmpOp(enum.Enum, shape=2):
-    GE = 0
-    GT = 1
-    LT = 2
-    EQ = 3
+    """VCMP comparisons of a signed int8 value with the immediate."""
+    GE = 0   #: value >= imm
+    GT = 1   #: value > imm
+    LT = 2   #: value < imm
+    EQ = 3   #: value == imm
 
 
 class VcmpArgs(data.Struct):
@@ -206,14 +207,18 @@ class VargmaxArgs(data.Struct):
 
 class VectorCfg(enum.Enum, shape=4):
     """Vector configuration registers (VCFG)."""
-    MULT_A = 0   #: Q0.31 multiplier (0 .. 2**31 - 1)
-    MULT_B = 1
+    MULT_A = 0   #: Q0.31 multiplier of input a (0 .. 2**31 - 1)
+    MULT_B = 1   #: Q0.31 multiplier of input b (VADD)
     SHIFT  = 2   #: extra right shift, 0..31
-    ZP_A   = 3   #: int8 zero points
-    ZP_B   = 4
-    ZP_OUT = 5
-    LO     = 6   #: int8 clamp bounds
-    HI     = 7
+    ZP_A   = 3   #: int8 zero point of input a
+    ZP_B   = 4   #: int8 zero point of input b (VADD)
+    ZP_OUT = 5   #: int8 zero point of the output
+    LO     = 6   #: int8 lower clamp bound (reset: -128)
+    HI     = 7   #: int8 upper clamp bound (reset: 127)
+
+
+#: Values of the vector configuration registers after reset.
+VECTOR_CFG_RESET = {VectorCfg.LO: -128, VectorCfg.HI: 127}
 
 
 class VcfgArgs(data.Struct):

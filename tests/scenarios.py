@@ -175,7 +175,7 @@ def gmem_range_fault(dev):
 def illegal_instructions(dev):
     """Reserved opcodes and calls of invalid slots stop the tile with a cause."""
     dev.set_partition(0, base=0, length=8)
-    reserved_plan = PlanInstr.const({"op": PlanOp.BRANCH}).as_bits()
+    reserved_plan = 15           # op field (bits 3:0) = 15, a reserved opcode
     err = _fault(dev, [nop(), reserved_plan, done()])
     assert err.cause == FaultCause.ILLEGAL_PLAN and err.plan_pc == 1
     dev.clear_fault()
@@ -322,3 +322,157 @@ SCENARIOS = [
     gmem_range_fault, illegal_instructions, bank_swap_is_atomic, slot_protection,
     counters_freeze_and_clear, trace_fifo, watchdog, abort,
 ]
+
+
+# -- plan control flow and speculation ----------------------------------------------------
+# Until the vector unit can set them (VCMP, VARGMAX), flags and index registers hold
+# their reset value 0; these scenarios steer with that.
+
+def _plan(op, sel=0, cond=0, a=0, b=0):
+    return PlanInstr.const({"op": op, "sel": sel, "cond": cond, "a": a, "b": b}).as_bits()
+
+
+def _load_speculative(dev, plan, fallback):
+    """Install ``plan`` as the active bank and ``fallback`` in the other one."""
+    home = dev.load_plan(plan)
+    dev.write_plan(1 - home, fallback)
+    return home
+
+
+def branch_jump_switch(dev):
+    """BRANCH tests a flag, JUMP goes anywhere in the bank, SWITCH indexes a table;
+    per-flag counters count taken and not-taken branches."""
+    dev.clear_counters()
+    _run(dev, [
+        _plan(PlanOp.BRANCH, sel=0, cond=1, a=6),   # F0 is 0: not taken
+        _plan(PlanOp.BRANCH, sel=0, cond=0, a=3),   # taken
+        mark(0xBAD),
+        _plan(PlanOp.SWITCH, sel=0, a=5, b=2),      # X0 = 0: table entry 0
+        mark(0xBAD),
+        _plan(PlanOp.JUMP, a=7),                    # table[0]
+        _plan(PlanOp.JUMP, a=4),                    # table[1]
+        mark(0x600D),
+        done(),
+    ])
+    assert int(dev.regs.MARK.read().value) == 0x600D
+    assert dev.branch_counters()[0] == {"taken": 1, "not_taken": 1}
+    assert dev.counter("plan_retired") == 6
+
+    err = _fault(dev, [_plan(PlanOp.SWITCH, sel=0, a=0, b=0), done()])
+    assert err.cause == FaultCause.SWITCH_RANGE and err.addr == 0
+    dev.clear_fault()
+    err = _fault(dev, [_plan(PlanOp.JUMP, a=dev.config.plan_depth), done()])
+    assert err.cause == FaultCause.PLAN_RANGE and err.addr == dev.config.plan_depth
+    dev.clear_fault()
+    err = _fault(dev, [_plan(PlanOp.COMMIT), done()])
+    assert err.cause == FaultCause.ILLEGAL_PLAN
+
+
+def _copy_kernels(dev, words):
+    """Slot 0 copies GMEM words [0, words) to a quarter of the way into GMEM; slot 1 to
+    half-way. Returns those two word addresses."""
+    quarter = dev.config.gmem_words // 4
+    dev.set_partition(0, base=0, length=128)
+    for slot, dst in ((0, quarter), (1, 2 * quarter)):
+        dev.load_kernel(slot, [dma_load(gmem=0, spad=0, rows=1, cols=words), wait(),
+                               dma_store(gmem=dst, spad=0, rows=1, cols=words), ret()], part=0)
+    return quarter, 2 * quarter
+
+
+def speculation_hit_publishes(dev):
+    """A region whose guard holds publishes its stores at COMMIT; while it is open,
+    both plan banks refuse host writes."""
+    wb = dev.config.word_bytes
+    data = bytes(range(64)) * wb
+    dev.write_window("GMEM", 0, data)
+    dst, _ = _copy_kernels(dev, 64)
+    dev.write_window("GMEM", dst * wb, bytes(64 * wb))
+    home = _load_speculative(dev, [
+        _plan(PlanOp.ASSUME, sel=0, cond=0, a=0),   # F0 == 0 holds
+        call(0),
+        _plan(PlanOp.COMMIT),
+        mark(1),
+        done(),
+    ], [mark(2), done()])
+    dev.clear_counters()
+    dev.start()
+    _until(dev, lambda s: int(s.speculating))
+    for bank in (0, 1):
+        _raises(BusError, dev.write_plan, bank, [done()])
+    dev.wait_done(timeout_cycles=20_000, poll_cycles=16)
+
+    assert int(dev.regs.MARK.read().value) == 1
+    assert dev.read_window("GMEM", dst * wb, 64 * wb) == data[:64 * wb]
+    ctr = dev.counters()
+    assert ctr["spec_hits"] == 1 and ctr["spec_misses"] == 0
+    assert int(dev.status().active_bank) == home
+
+
+def speculation_miss_rolls_back(dev):
+    """A region whose guard fails leaves GMEM exactly as the unspeculated plan does and
+    continues by itself in the other bank at the resume PC."""
+    size = dev.config.gmem_bytes
+    rng = random.Random(5)
+    dev.write_window("GMEM", 0, bytes(rng.randrange(256) for _ in range(size)))
+    _copy_kernels(dev, 16)
+    before = dev.read_window("GMEM", 0, size)
+
+    # The unspeculated plan: the fallback alone.
+    _run(dev, [call(1), mark(2), done()])
+    unspeculated = dev.read_window("GMEM", 0, size)
+    dev.write_window("GMEM", 0, before)
+
+    home = _load_speculative(dev, [
+        mark(7),
+        _plan(PlanOp.ASSUME, sel=0, cond=1, a=3),   # guesses F0 == 1: wrong
+        call(0),
+        _plan(PlanOp.COMMIT),
+        mark(1),
+        done(),
+    ], [mark(0xBAD), mark(0xBAD), mark(0xBAD), call(1), mark(2), done()])
+    dev.clear_counters()
+    dev.start()
+    dev.wait_done(timeout_cycles=20_000, poll_cycles=16)
+
+    assert dev.read_window("GMEM", 0, size) == unspeculated
+    assert int(dev.regs.MARK.read().value) == 2
+    ctr = dev.counters()
+    assert ctr["spec_misses"] == 1 and ctr["spec_hits"] == 0 and ctr["faults"] == 0
+    assert 1 <= ctr["rollback_cycles"] <= 4
+    assert int(dev.regs.MISS_PC.read().pc) == 1
+    status = dev.status()
+    assert int(status.active_bank) == home, "the speculative plan stays installed"
+    assert not int(status.speculating)
+
+
+def speculation_overflow_and_fault_roll_back(dev):
+    """Stores that overflow the staging buffer, and faults inside the region, are
+    misses: the fallback runs, the tile does not stop."""
+    wb = dev.config.word_bytes
+    words = dev.config.staging_words + 8
+    dst = dev.config.gmem_words // 2
+    dev.set_partition(0, base=0, length=words)
+    dev.load_kernel(0, [dma_load(gmem=0, spad=0, rows=1, cols=words), wait(),
+                        dma_store(gmem=dst, spad=0, rows=1, cols=words), ret()], part=0)
+    dev.load_kernel(1, [dma_load(gmem=0, spad=words, rows=1, cols=1), ret()], part=0)
+    dev.write_window("GMEM", dst * wb, bytes(words * wb))
+    for kernel in (0, 1):
+        _load_speculative(dev, [
+            _plan(PlanOp.ASSUME, sel=0, cond=0, a=0),
+            call(kernel),
+            _plan(PlanOp.COMMIT),
+            mark(1),
+            done(),
+        ], [mark(2), done()])
+        dev.clear_counters()
+        dev.start()
+        dev.wait_done(timeout_cycles=20_000, poll_cycles=16)
+        assert int(dev.regs.MARK.read().value) == 2
+        ctr = dev.counters()
+        assert ctr["spec_misses"] == 1 and ctr["faults"] == 0
+        assert ctr["spec_faults"] == kernel
+        assert dev.read_window("GMEM", dst * wb, words * wb) == bytes(words * wb)
+
+
+SCENARIOS += [branch_jump_switch, speculation_hit_publishes, speculation_miss_rolls_back,
+              speculation_overflow_and_fault_roll_back]

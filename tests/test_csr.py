@@ -267,7 +267,7 @@ def test_errors():
             assert await wb_write(ctx, bank.bus, word("WATCHDOG"), 0xFFFFFFFF, sel=sel) == "err"
         assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 0
         # Unmapped addresses, read and write.
-        for adr in (0x038 // 4, 0x078 // 4, 0x3FF):
+        for adr in (0x050 // 4, 0x078 // 4, 0x3FF):
             assert MM.lookup(adr * 4) is None
             assert await wb_read(ctx, bank.bus, adr) == (0, "err")
             assert await wb_write(ctx, bank.bus, adr, 0) == "err"

@@ -1,0 +1,104 @@
+"""The DMA command queue with dependency tokens."""
+
+from amaranth.hdl import Module, Signal, ResetInserter
+from amaranth.lib import wiring, data, stream
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from ..kernels.isa import DMA_TOKENS
+from .dma import DmaCommand
+
+
+__all__ = ["QueuedDmaCommand", "DmaQueue"]
+
+
+class QueuedDmaCommand(data.Struct):
+    command: DmaCommand
+    token: range(DMA_TOKENS)
+
+
+class DmaQueue(wiring.Component):
+    """Decouples the kernel sequencer from the DMA engine, as VTA's command queues do.
+
+    The sequencer pushes commands tagged with a token and goes on (to a MATMUL, say)
+    while the engine works through them in order; WAIT then waits only for the tokens
+    it names, so a kernel can load the next tile while it computes on this one.
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``dma_queue`` sets the depth.
+
+    Attributes
+    ----------
+    push : In(stream.Signature(QueuedDmaCommand))
+    cmd : Out(stream.Signature(DmaCommand))
+        To the DMA engine.
+    engine_busy : In(1)
+        The engine's ``busy``; a command the engine accepted is complete when it drops.
+    outstanding : Out(DMA_TOKENS)
+        Bit t: a command tagged t is queued or in the engine.
+    idle : Out(1)
+        Nothing queued, nothing in the engine.
+    flush : In(1)
+        Drop every queued command and forget the one in the engine (the engine is
+        aborted alongside).
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "push": In(stream.Signature(QueuedDmaCommand)),
+            "cmd": Out(stream.Signature(DmaCommand)),
+            "engine_busy": In(1),
+            "outstanding": Out(DMA_TOKENS),
+            "idle": Out(1),
+            "flush": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self.config.dma_queue
+        width = QueuedDmaCommand.as_shape().size
+        fifo = SyncFIFOBuffered(width=width, depth=depth)
+        # The FIFO has no clear input: flushing resets it.
+        m.submodules.fifo = ResetInserter(self.flush)(fifo)
+
+        counts = [Signal(range(depth + 2), name=f"tok{t}") for t in range(DMA_TOKENS)]
+        in_engine = Signal()
+        engine_token = Signal(range(DMA_TOKENS))
+
+        head = QueuedDmaCommand(fifo.r_data)
+        m.d.comb += [
+            fifo.w_data.eq(self.push.payload),
+            fifo.w_en.eq(self.push.valid & ~self.flush),
+            self.push.ready.eq(fifo.w_rdy & ~self.flush),
+            self.cmd.payload.eq(head.command),
+            self.cmd.valid.eq(fifo.r_rdy & ~self.flush),
+            fifo.r_en.eq(self.cmd.ready & ~self.flush),
+        ]
+        pushed = self.push.valid & self.push.ready
+        issued = self.cmd.valid & self.cmd.ready
+        completed = in_engine & ~self.engine_busy
+
+        for t, count in enumerate(counts):
+            inc = pushed & (self.push.payload.token == t)
+            dec = completed & (engine_token == t)
+            with m.If(self.flush):
+                m.d.sync += count.eq(0)
+            with m.Else():
+                m.d.sync += count.eq(count + inc - dec)
+            m.d.comb += self.outstanding[t].eq(count != 0)
+
+        with m.If(self.flush):
+            m.d.sync += in_engine.eq(0)
+        with m.Elif(issued):
+            m.d.sync += [in_engine.eq(1), engine_token.eq(head.token)]
+        with m.Elif(completed):
+            m.d.sync += in_engine.eq(0)
+
+        m.d.comb += self.idle.eq(self.outstanding == 0)
+        return m

@@ -1,0 +1,200 @@
+"""The MAC array: R x C int8 multipliers feeding R x C int32 accumulators (ACC).
+
+A MATMUL step multiplies lane ``i`` of an operand word ``a`` by lane ``j`` of an
+operand word ``b`` into ``ACC[i][j]`` for every ``i < R, j < C``; the array takes one
+step per cycle and never stalls. Each step goes through three register stages:
+
+1. *operand*: the step's ``a``, ``b`` and ``first`` are registered as they are
+   accepted (on an FPGA, the multipliers' input registers);
+2. *product*: every ``a[i] * b[j]`` (int8 x int8 -> int16) is registered (the
+   multipliers' pipeline / output register);
+3. *accumulate*: ``ACC[i][j]`` becomes ``(first ? 0 : ACC[i][j]) + product``, wrapping
+   at 32 bits.
+
+Nothing but a register sits between a multiplier and its neighbours, so each stage is
+one DSP multiply or one 32-bit carry chain (plus the bias / hold multiplexer): the array
+is meant to close timing at 100 MHz or more on an ECP5, with one MULT18X18D per MAC
+whether or not the tools pull the operand and product registers into the DSP block.
+Not yet checked with nextpnr.
+"""
+
+from amaranth.hdl import Module, Signal, Mux, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+
+
+__all__ = ["MacStepLayout", "MacArray"]
+
+
+def _check_config(config):
+    if not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a TileConfig, not {config!r}")
+    for name in ("rows", "cols"):
+        if getattr(config, name) > config.word_bytes:
+            raise ValueError(f"config.{name} must be at most config.word_bytes "
+                             f"({config.word_bytes}), not {getattr(config, name)!r}")
+
+
+class MacStepLayout(data.StructLayout):
+    """One MATMUL step: a pair of operand words and whether the step starts afresh.
+
+    Parameters
+    ----------
+    config : TileConfig
+
+    Members
+    -------
+    a, b : ArrayLayout(signed(8), word_bytes)
+        The operand words as int8 lanes (lane ``n`` = byte ``n``, so a scratchpad
+        word can be assigned as it is read). Lanes ``a[i]`` for ``i < rows`` and
+        ``b[j]`` for ``j < cols`` are used.
+    first : 1
+        The step overwrites ACC instead of adding to it (step 0 of a MATMUL with
+        ``accumulate`` = 0).
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TileConfig`.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        lanes = data.ArrayLayout(signed(8), config.word_bytes)
+        super().__init__({"a": lanes, "b": lanes, "first": 1})
+
+
+class MacArray(wiring.Component):
+    """``rows`` x ``cols`` int8 MAC array with wrapping int32 accumulators.
+
+    Timing (cycle ``t`` is the one in which ``step.valid & step.ready``):
+
+    * steps are accepted back to back, one per cycle (``step.ready`` is 1 except
+      during ``abort``);
+    * a step is in ACC from cycle ``t + LATENCY`` (``LATENCY`` = 3), so ``k``
+      consecutive steps accepted from cycle ``t`` are all in ACC in cycle
+      ``t + k - 1 + LATENCY``;
+    * ``busy`` is high in cycles ``t + 1`` and ``t + 2``: it is registered, so in the
+      cycle a step is handed over it does not yet show that step. Once the last step
+      has been handed over, the first cycle with ``busy`` low is the first in which
+      ACC holds every step (that is where a sequencer may start reading rows or load
+      a bias);
+    * ``macs`` is ``rows * cols`` in cycle ``t + 2``, when the step is added.
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``rows`` and ``cols`` (each at most ``word_bytes``) give the array size.
+
+    Attributes
+    ----------
+    step : In(stream.Signature(MacStepLayout(config)))
+        MATMUL steps, valid/ready.
+    bias_valid : In(1)
+        At the end of this cycle, set ``ACC[i][j] = bias_value[i]`` for every ``i, j``
+        (ACC_BIAS). Must only be asserted while ``busy`` is low (a step handed over in
+        the same cycle is fine: it is added to the bias). If a step is being added in
+        the same cycle, the bias wins and the step is lost.
+    bias_value : In(ArrayLayout(signed(32), rows))
+        The bias per row; as bits, the little-endian int32 array ACC_BIAS reads from
+        the scratchpad.
+    row : In(range(rows))
+        Row of ACC to read out (``row >= rows``: ``acc_row`` reads 0).
+    acc_row : Out(ArrayLayout(signed(32), cols))
+        Registered readout: in cycle ``t + 1``, row ``row`` of ACC as it was in cycle
+        ``t`` (one row per cycle, like a memory read port).
+    busy : Out(1)
+        Accepted steps are in the pipeline, not yet in ACC.
+    macs : Out(range(rows * cols + 1))
+        Multiply-accumulates done this cycle: ``rows * cols`` or 0.
+    abort : In(1)
+        Drop every step not yet added to ACC (including one in the accumulate stage
+        this cycle, and ``step`` is not ready). ACC keeps its value.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TileConfig`.
+    ValueError
+        If ``config.rows`` or ``config.cols`` is larger than ``config.word_bytes``.
+    """
+
+    #: Cycles from accepting a step to the first cycle ACC includes it.
+    LATENCY = 3
+
+    def __init__(self, config):
+        _check_config(config)
+        self._config = config
+        rows, cols = config.rows, config.cols
+        super().__init__({
+            "step":       In(stream.Signature(MacStepLayout(config))),
+            "bias_valid": In(1),
+            "bias_value": In(data.ArrayLayout(signed(32), rows)),
+            "row":        In(range(rows)),
+            "acc_row":    Out(data.ArrayLayout(signed(32), cols)),
+            "busy":       Out(1),
+            "macs":       Out(range(rows * cols + 1)),
+            "abort":      In(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        cfg = self._config
+        m = Module()
+
+        m.d.comb += self.step.ready.eq(~self.abort)
+        accepted = self.step.valid & self.step.ready
+
+        # Datapath registers load every cycle, whatever the valid bits say: no clock
+        # enables or resets on the wide registers, only on the valid bits.
+        op_valid = Signal()
+        op_first = Signal()
+        op_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
+        op_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
+        m.d.sync += [
+            op_valid.eq(accepted),
+            op_first.eq(self.step.payload.first),
+            op_a.eq(self.step.payload.a.as_value()[:8 * cfg.rows]),
+            op_b.eq(self.step.payload.b.as_value()[:8 * cfg.cols]),
+        ]
+
+        prod_valid = Signal()
+        prod_first = Signal()
+        m.d.sync += [
+            prod_valid.eq(op_valid & ~self.abort),
+            prod_first.eq(op_first),
+        ]
+
+        adding = Signal()
+        m.d.comb += adding.eq(prod_valid & ~self.abort)
+
+        acc = [[Signal(signed(32), name=f"acc_{i}_{j}") for j in range(cfg.cols)]
+               for i in range(cfg.rows)]
+        for i in range(cfg.rows):
+            for j in range(cfg.cols):
+                prod = Signal(signed(16), name=f"prod_{i}_{j}", reset_less=True)
+                m.d.sync += prod.eq(op_a[i] * op_b[j])
+                with m.If(self.bias_valid):
+                    m.d.sync += acc[i][j].eq(self.bias_value[i])
+                with m.Elif(adding):
+                    # The sum is 33 bits wide; the assignment wraps it to 32.
+                    m.d.sync += acc[i][j].eq(Mux(prod_first, 0, acc[i][j]) + prod)
+
+        with m.Switch(self.row):
+            for i in range(cfg.rows):
+                with m.Case(i):
+                    m.d.sync += [self.acc_row[j].eq(acc[i][j]) for j in range(cfg.cols)]
+            with m.Default():
+                m.d.sync += self.acc_row.eq(0)
+
+        m.d.comb += [
+            self.busy.eq(op_valid | prod_valid),
+            self.macs.eq(Mux(adding, cfg.rows * cfg.cols, 0)),
+        ]
+        return m

@@ -1,0 +1,121 @@
+"""The speculation staging buffer: GMEM stores of a speculative region wait here
+until COMMIT publishes them or a miss discards them."""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from .gmem import GmemPortSignature
+
+
+__all__ = ["StagingBuffer"]
+
+
+class StagingBuffer(wiring.Component):
+    """Sits on the DMA engine's GMEM port and holds back its writes while speculating.
+
+    Reads always pass straight through (a speculative region must not read back what
+    it stored: there is no forwarding). Outside speculation writes pass through too.
+    While ``speculate`` is high, each write is appended to the buffer instead; a write
+    that finds it full is dropped and raises ``overflow`` (the control unit treats that
+    as a miss). ``publish`` drains the buffer into GMEM in order, one word per cycle,
+    while ``draining`` is high; ``discard`` empties it.
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``staging_words`` sets the capacity.
+
+    Attributes
+    ----------
+    dma : In(GmemPortSignature(config))
+        From the DMA engine.
+    gmem : Out(GmemPortSignature(config))
+        To GMEM.
+    speculate : In(1)
+    publish, discard : In(1)
+        One-cycle commands.
+    draining : Out(1)
+    overflow : Out(1)
+        Sticky until ``discard``: a speculative write did not fit.
+    level : Out(range(staging_words + 1))
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "dma": In(GmemPortSignature(config)),
+            "gmem": Out(GmemPortSignature(config)),
+            "speculate": In(1),
+            "publish": In(1),
+            "discard": In(1),
+            "draining": Out(1),
+            "overflow": Out(1),
+            "level": Out(range(config.staging_words + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        depth = cfg.staging_words
+        addr_bits = len(self.dma.waddr)
+
+        m.submodules.mem = mem = Memory(shape=addr_bits + cfg.word_bits, depth=depth, init=[])
+        wr = mem.write_port()
+        rd = mem.read_port(transparent_for=(wr,))
+
+        count = self.level
+        head = Signal(range(depth))      # next entry to publish
+        fetched = Signal()               # rd.data holds entry `head`
+
+        m.d.comb += [
+            self.gmem.raddr.eq(self.dma.raddr),
+            self.gmem.re.eq(self.dma.re),
+            self.dma.rdata.eq(self.gmem.rdata),
+        ]
+
+        stage = Signal()
+        m.d.comb += stage.eq(self.speculate & self.dma.we)
+        full = count == depth
+        m.d.comb += [
+            wr.addr.eq(count),
+            wr.data.eq(self.dma.wdata << addr_bits | self.dma.waddr),
+            wr.en.eq(stage & ~full & ~self.draining),
+        ]
+        with m.If(stage & ~full & ~self.draining):
+            m.d.sync += count.eq(count + 1)
+        with m.If(stage & full):
+            m.d.sync += self.overflow.eq(1)
+
+        m.d.comb += rd.addr.eq(head)
+        with m.If(self.draining):
+            # One cycle to read an entry, one to write it: simple, and a commit of a
+            # few dozen words is short next to the kernels that produced them.
+            with m.If(~fetched):
+                m.d.sync += fetched.eq(1)
+            with m.Else():
+                m.d.comb += [
+                    self.gmem.waddr.eq(rd.data[:addr_bits]),
+                    self.gmem.wdata.eq(rd.data[addr_bits:]),
+                    self.gmem.we.eq(1),
+                ]
+                m.d.sync += [fetched.eq(0), head.eq(head + 1)]
+                with m.If(head == count - 1):
+                    m.d.sync += [self.draining.eq(0), count.eq(0), head.eq(0)]
+        with m.Else():
+            m.d.comb += [
+                self.gmem.waddr.eq(self.dma.waddr),
+                self.gmem.wdata.eq(self.dma.wdata),
+                self.gmem.we.eq(self.dma.we & ~self.speculate),
+            ]
+
+        with m.If(self.publish & ~self.draining & (count != 0)):
+            m.d.sync += [self.draining.eq(1), head.eq(0), fetched.eq(0)]
+        with m.If(self.discard):
+            m.d.sync += [count.eq(0), head.eq(0), self.draining.eq(0), self.overflow.eq(0),
+                         fetched.eq(0)]
+        return m

@@ -1,0 +1,620 @@
+"""The vector unit's datapaths: requantisation and the int8 lane-wise operations.
+
+Two free-running pipelines, bit-exact against :mod:`fusetile.kernels.arith`:
+
+* :class:`Requantizer` turns one row of int32 accumulators into int8 lanes per cycle
+  (REQUANT);
+* :class:`VectorAlu` computes VADD, VPOOL, VCLAMP, VCMP and VARGMAX over a stream of
+  scratchpad words.
+
+Neither applies backpressure nor accepts it: ``i.ready`` is always 1 and ``o.ready``
+is ignored (the consumer takes each result in the cycle it is presented). A word
+presented with ``valid`` in cycle ``t`` has its result presented with ``valid`` in
+cycle ``t + LATENCY``, exactly, whatever came before or after. (The streams are plain
+:class:`amaranth.lib.stream.Signature` s rather than ``always_ready`` ones because a
+constant ``ready`` cannot be a port of a converted top-level.) A sequencer that reads
+the scratchpad (1-cycle read latency) therefore issues one read per cycle, presents
+each word the cycle after its read, and writes each result back the cycle it appears.
+
+Why the arithmetic is laid out as it is:
+
+* multipliers are split into 16-bit pieces whose products each fit one FPGA DSP block
+  (18x18 or 25x18 signed; unsigned 16-bit pieces are 17-bit signed operands), with a
+  register on every product and one on their sum, so synthesis can use the DSP's own
+  pipeline registers;
+* ``round_half_even(p / 2**(31 + s))`` is computed from the arithmetic right shift
+  ``t = p >> (30 + s)`` (whose bit 0 is the rounding bit) and a sticky bit (any of the
+  bits below it set): round up iff ``t[0] & (sticky | t[1])``; no wide adder of
+  rounding constants, and the variable shifter is only 34 bits wide after a constant
+  shift of 30;
+* the clamp is ``min(max(y, lo), hi)``, like :func:`numpy.clip` (so ``lo > hi`` gives
+  ``hi``), and a lane is *saturated* when the clamp changed it.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from ..kernels.isa import CmpOp
+
+
+__all__ = [
+    "requant_input_layout", "requant_output_layout", "Requantizer",
+    "VectorOp", "VectorRegs", "vector_input_layout", "vector_output_layout", "VectorAlu",
+]
+
+
+# --- shared pipeline pieces -------------------------------------------------------
+
+_PIECE = 16     # operand piece width: an unsigned piece is a 17-bit signed DSP operand
+
+
+def _register(m, value, name):
+    """``value`` one cycle later."""
+    reg = Signal(value.shape(), name=name)
+    m.d.sync += reg.eq(value)
+    return reg
+
+
+def _wire(m, value, name):
+    """``value`` as a named combinational signal, so expressions used more than once
+    are built once."""
+    wire = Signal(value.shape(), name=name)
+    m.d.comb += wire.eq(value)
+    return wire
+
+
+def _delay(m, value, cycles, name):
+    """``value`` ``cycles`` cycles later (a chain of registers)."""
+    for k in range(cycles):
+        value = _register(m, value, f"{name}_d{k + 1}")
+    return value
+
+
+def _pieces(value):
+    """Split ``value`` into (piece, bit offset) pairs of at most 16 bits; only the top
+    piece of a signed value is signed."""
+    shape = value.shape()
+    pieces = []
+    for lo in range(0, shape.width, _PIECE):
+        hi = min(lo + _PIECE, shape.width)
+        piece = value[lo:hi]
+        if shape.signed and hi == shape.width:
+            piece = piece.as_signed()
+        pieces.append((piece, lo))
+    return pieces
+
+
+def _product_sum(m, terms, name):
+    """``sum(a * b for a, b in terms)``, two cycles later.
+
+    Cycle 1 registers every partial product of 16-bit pieces (a DSP multiplier with
+    its output register each); cycle 2 registers their shifted sum.
+    """
+    partials = []
+    width = 0
+    for t, (a, b) in enumerate(terms):
+        width = max(width, len(a) + len(b) + 1)
+        for pa, oa in _pieces(a):
+            for pb, ob in _pieces(b):
+                product = pa * pb
+                reg = Signal(product.shape(), name=f"{name}_pp{t}_{oa}_{ob}")
+                m.d.sync += reg.eq(product)
+                partials.append((reg, oa + ob))
+    total = Signal(signed(width + len(terms)), name=f"{name}_sum")
+    m.d.sync += total.eq(sum(reg << offset for reg, offset in partials))
+    return total
+
+
+def _round_clamp(m, prods, shift, zp, lo, hi, name):
+    """``clamp(zp + round_half_even(p / 2**(31 + shift)), lo, hi)`` for each ``p`` in
+    ``prods``, three cycles later.
+
+    ``prods`` are signed values, ``shift`` (0..31), ``zp``, ``lo``, ``hi`` (int8) are
+    the values of the same cycle. Returns ``(values, saturated)``: lists of signed(8)
+    and 1-bit registers.
+    """
+    zp_1 = _register(m, zp, f"{name}_zp")
+    lo_2 = _delay(m, lo, 2, f"{name}_lo")
+    hi_2 = _delay(m, hi, 2, f"{name}_hi")
+    mask = Signal(32, name=f"{name}_mask")     # the bits of p >> 30 below t[0]
+    m.d.comb += mask.eq((Const(1, 1) << shift) - 1)
+    values, saturated = [], []
+    for lane, prod in enumerate(prods):
+        # |p| < 2**63, so p >> 30 fits 34 bits; widening first makes the sticky mask
+        # see sign bits when p is narrower than 30 + shift.
+        wide = Signal(signed(64), name=f"{name}{lane}_wide")
+        m.d.comb += wide.eq(prod)
+        t = Signal(signed(34), name=f"{name}{lane}_t")         # p >> (31 + shift - 1)
+        sticky = Signal(name=f"{name}{lane}_sticky")           # bits below t[0] != 0
+        m.d.sync += [
+            t.eq((wide >> 30) >> shift),
+            sticky.eq(wide[:30].any() | (wide[30:62] & mask).any()),
+        ]
+        y = Signal(signed(36), name=f"{name}{lane}_y")
+        m.d.sync += y.eq((t >> 1) + zp_1 + (t[0] & (sticky | t[1])))
+        floor = _wire(m, Mux(y < lo_2, lo_2, y), f"{name}{lane}_floor")
+        clamped = _wire(m, Mux(floor > hi_2, hi_2, floor), f"{name}{lane}_clamped")
+        value = Signal(signed(8), name=f"{name}{lane}_value")
+        sat = Signal(name=f"{name}{lane}_sat")
+        m.d.sync += [
+            value.eq(clamped),
+            sat.eq(clamped != y),
+        ]
+        values.append(value)
+        saturated.append(sat)
+    return values, saturated
+
+
+def _check_lanes(lanes):
+    if not isinstance(lanes, int) or isinstance(lanes, bool):
+        raise TypeError(f"lanes must be an integer, not {lanes!r}")
+    if lanes < 1:
+        raise ValueError(f"lanes must be at least 1, not {lanes!r}")
+
+
+# --- REQUANT ----------------------------------------------------------------------
+
+def requant_input_layout(lanes):
+    """Payload of :attr:`Requantizer.i`: one ACC row and its requantisation parameters.
+
+    Fields: ``acc`` (``lanes`` x signed(32)), ``mult`` (unsigned(32); the ISA keeps it
+    below 2**31, every 32-bit value is computed exactly anyway), ``shift`` (0..31),
+    ``zp``, ``lo``, ``hi`` (signed(8)).
+    """
+    _check_lanes(lanes)
+    return data.StructLayout({
+        "acc":   data.ArrayLayout(signed(32), lanes),
+        "mult":  unsigned(32),
+        "shift": unsigned(5),
+        "zp":    signed(8),
+        "lo":    signed(8),
+        "hi":    signed(8),
+    })
+
+
+def requant_output_layout(lanes):
+    """Payload of :attr:`Requantizer.o`: ``value`` (``lanes`` x signed(8)) and
+    ``saturated`` (bit ``j``: lane ``j`` was changed by the clamp)."""
+    _check_lanes(lanes)
+    return data.StructLayout({
+        "value":     data.ArrayLayout(signed(8), lanes),
+        "saturated": unsigned(lanes),
+    })
+
+
+class Requantizer(wiring.Component):
+    """Lane-wise int32 -> int8 requantisation, one row per cycle.
+
+    Lane ``j`` of the result is ``clamp(zp + round_half_even(acc[j] * mult /
+    2**(31 + shift)), lo, hi)``, exactly :func:`fusetile.kernels.arith.requantize`.
+
+    Fully pipelined, no stalls: a row presented with ``i.valid`` in cycle ``t`` is
+    presented on ``o`` (``o.valid`` high, payload registered) in cycle
+    ``t + LATENCY``. Rows may follow each other in consecutive cycles.
+
+    Pipeline: input registers; partial products (4 per lane, 16 x 16 bits); their
+    sum; shift and sticky bit; rounding and zero point; clamp.
+
+    Parameters
+    ----------
+    lanes : int
+        Accumulators per row.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(requant_input_layout(lanes)))
+        Rows to requantise; ``ready`` is always 1.
+    o : Out(stream.Signature(requant_output_layout(lanes)))
+        Results, ``LATENCY`` cycles after their rows; ``ready`` is ignored.
+
+    Raises
+    ------
+    TypeError
+        If ``lanes`` is not an integer.
+    ValueError
+        If ``lanes`` is less than 1.
+    """
+
+    #: Cycles from a row on ``i`` to its result on ``o``.
+    LATENCY = 6
+
+    def __init__(self, lanes):
+        _check_lanes(lanes)
+        self._lanes = lanes
+        super().__init__({
+            "i": In(stream.Signature(requant_input_layout(lanes))),
+            "o": Out(stream.Signature(requant_output_layout(lanes))),
+        })
+
+    @property
+    def lanes(self):
+        return self._lanes
+
+    def elaborate(self, platform):
+        m = Module()
+
+        row = _register(m, self.i.payload, "row")
+        valid = _register(m, self.i.valid, "row_valid")
+        prods = [_product_sum(m, [(row.acc[j], row.mult)], f"prod{j}")
+                 for j in range(self._lanes)]
+        values, saturated = _round_clamp(
+            m, prods, _delay(m, row.shift, 2, "shift"), _delay(m, row.zp, 2, "zp"),
+            _delay(m, row.lo, 2, "lo"), _delay(m, row.hi, 2, "hi"), "rq")
+
+        m.d.comb += [
+            self.i.ready.eq(1),
+            self.o.valid.eq(_delay(m, valid, self.LATENCY - 1, "valid")),
+            self.o.payload.value.eq(Cat(*values)),
+            self.o.payload.saturated.eq(Cat(*saturated)),
+        ]
+        return m
+
+
+# --- VADD, VPOOL, VCLAMP, VCMP, VARGMAX ---------------------------------------------
+
+class VectorOp(enum.Enum, shape=3):
+    """What :class:`VectorAlu` does with a word."""
+    VADD    = 0   #: result = arith.vadd(a, b, ...)
+    VPOOL   = 1   #: reduction: result = arith.vpool(words first..last, average, pairs, ...)
+    VCLAMP  = 2   #: result = arith.vclamp(a, lo, hi)
+    VCMP    = 3   #: reduction: flag = arith.vcmp(lane (or max of lanes), cmp, imm)
+    VARGMAX = 4   #: reduction: index = arith.vargmax(lanes of words first..last)
+
+
+class VectorRegs(data.Struct):
+    """The vector configuration registers (VCFG) as :class:`VectorAlu` reads them."""
+    mult_a: unsigned(32)
+    mult_b: unsigned(32)
+    shift:  unsigned(5)
+    zp_a:   signed(8)
+    zp_b:   signed(8)
+    zp_out: signed(8)
+    lo:     signed(8)
+    hi:     signed(8)
+
+
+def _lane_bits(lanes):
+    return max(1, (lanes - 1).bit_length())
+
+
+def vector_input_layout(lanes):
+    """Payload of :attr:`VectorAlu.i`: one word (two for VADD) and what to do with it.
+
+    Fields
+    ------
+    op : VectorOp
+    a, b : ``lanes`` x signed(8)
+        The word (``b``: VADD's second word; ignored otherwise).
+    first, last : 1
+        Reductions (VPOOL, VCMP, VARGMAX): the first and the last word of the
+        reduction (both for a one-word reduction). Ignored by VADD and VCLAMP.
+    average, pairs : 1
+        VPOOL: average instead of max; combine lane pairs too.
+    reduce : 1
+        VCMP: the max of lanes instead of one lane.
+    lane : range(lanes)
+        VCMP: the lane compared (without ``reduce``). VCMP with ``reduce`` and VARGMAX:
+        in the ``last`` word, lanes above ``lane`` are ignored.
+    cmp : CmpOp
+    imm : signed(8)
+        VCMP: the comparison and the immediate.
+    lo, hi : signed(8)
+        VCLAMP bounds.
+    """
+    _check_lanes(lanes)
+    word = data.ArrayLayout(signed(8), lanes)
+    return data.StructLayout({
+        "op":      VectorOp,
+        "a":       word,
+        "b":       word,
+        "first":   1,
+        "last":    1,
+        "average": 1,
+        "pairs":   1,
+        "reduce":  1,
+        "lane":    _lane_bits(lanes),
+        "cmp":     CmpOp,
+        "imm":     signed(8),
+        "lo":      signed(8),
+        "hi":      signed(8),
+    })
+
+
+def vector_output_layout(lanes):
+    """Payload of :attr:`VectorAlu.o`.
+
+    Fields
+    ------
+    op : VectorOp
+        The operation of this result.
+    word : ``lanes`` x signed(8)
+        VADD, VPOOL, VCLAMP: the result word (0 otherwise).
+    saturated : ``lanes`` bits
+        VADD, VPOOL average: lanes changed by the clamp.
+    sat_count : range(lanes + 1)
+        The number of bits set in ``saturated`` (for the saturation counter).
+    flag : 1
+        VCMP: the flag.
+    index : 16
+        VARGMAX: the lane number (counted across the reduction's words).
+    """
+    _check_lanes(lanes)
+    return data.StructLayout({
+        "op":        VectorOp,
+        "word":      data.ArrayLayout(signed(8), lanes),
+        "saturated": unsigned(lanes),
+        "sat_count": range(lanes + 1),
+        "flag":      1,
+        "index":     16,
+    })
+
+
+def _max(m, a, b, name):
+    return _wire(m, Mux(b > a, b, a), name)
+
+
+def _argmax(m, values, name):
+    """(largest value, its index) over ``values``; the lowest index on ties."""
+    index_bits = _lane_bits(len(values))
+    level = [(_wire(m, v, f"{name}_v{i}"), Const(i, index_bits)) for i, v in enumerate(values)]
+    depth = 0
+    while len(level) > 1:
+        depth += 1
+        pairs = []
+        for k in range(0, len(level) - 1, 2):
+            (va, ia), (vb, ib) = level[k], level[k + 1]
+            # Left holds the lower indices: it keeps ties.
+            take_b = vb > va
+            pairs.append((_wire(m, Mux(take_b, vb, va), f"{name}_v{depth}_{k // 2}"),
+                          _wire(m, Mux(take_b, ib, ia), f"{name}_i{depth}_{k // 2}")))
+        if len(level) % 2:
+            pairs.append(level[-1])
+        level = pairs
+    return level[0]
+
+
+class VectorAlu(wiring.Component):
+    """VADD, VPOOL, VCLAMP, VCMP and VARGMAX over words of ``word_bytes`` int8 lanes.
+
+    Bit-exact against :func:`fusetile.kernels.arith.vadd`, ``vpool``, ``vclamp``,
+    ``vcmp`` and ``vargmax``.
+
+    Contract (no stalls either way):
+
+    * Each cycle, present at most one word on ``i`` (``valid``, ``payload``); the
+      registers ``regs`` are sampled in the same cycle (the values with the last word
+      of a reduction apply to its result, ZP_A to each word), so VCFG may change them
+      as soon as the last word of an operation has been presented.
+    * VADD, VCLAMP: every word gives a result. VPOOL, VCMP, VARGMAX are reductions over
+      the words from one marked ``first`` to one marked ``last`` (one word may be
+      both); only ``last`` gives a result. Words of one reduction may have gaps
+      between them but must not be interleaved with another VPOOL, VCMP or VARGMAX
+      reduction; VADD and VCLAMP words may be.
+    * A result for a word presented in cycle ``t`` is on ``o`` (``o.valid`` high,
+      payload registered) in cycle ``t + LATENCY``, for every operation.
+
+    What to present per operation (operands as in :mod:`fusetile.kernels.isa`):
+
+    * VADD: ``a``, ``b`` = words ``a_addr + w``, ``b_addr + w``.
+    * VPOOL: the ``window`` words of output ``o`` in order (``first`` on ``t = 0``,
+      ``last`` on ``t = window - 1``), ``average``, ``pairs``. At most 64 words per
+      window (the sum of ``x - ZP_A`` is held in 16 bits; the ISA allows 15).
+    * VCLAMP: ``a``, ``lo``, ``hi``.
+    * VCMP: without ``reduce``, the one word holding the lane (``first`` and ``last``),
+      ``lane`` = lane % word_bytes; with ``reduce``, words ``addr .. addr + lane //
+      word_bytes``, ``lane`` = lane % word_bytes (used with the last word). ``cmp``,
+      ``imm`` with the last word.
+    * VARGMAX: words ``addr .. addr + (n - 1) // word_bytes``, ``lane`` =
+      ``(n - 1) % word_bytes`` (used with the last word).
+
+    Pipeline (``LATENCY`` = 8): input registers; operand preparation and the
+    reductions (VPOOL sums and maxima, VCMP maximum, VARGMAX best lane, VCLAMP);
+    partial products; their sum; shift and sticky; rounding and zero point; clamp;
+    output register. VADD is ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL
+    average is ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers.
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``word_bytes`` gives the number of lanes.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(vector_input_layout(word_bytes)))
+        Words in; ``ready`` is always 1.
+    o : Out(stream.Signature(vector_output_layout(word_bytes)))
+        Results, ``LATENCY`` cycles after the word that completes them; ``ready`` is
+        ignored.
+    regs : In(VectorRegs)
+        The vector configuration registers.
+    busy : Out(1)
+        Words are in flight: high from the cycle after a word is presented until the
+        cycle before its result is on ``o`` (one cycle for a word that does not end a
+        reduction, so it may be low between the words of a reduction).
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TileConfig`.
+    """
+
+    #: Cycles from the word completing a result on ``i`` to the result on ``o``.
+    LATENCY = 8
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        self._config = config
+        lanes = config.word_bytes
+        super().__init__({
+            "i":    In(stream.Signature(vector_input_layout(lanes))),
+            "o":    Out(stream.Signature(vector_output_layout(lanes))),
+            "regs": In(VectorRegs),
+            "busy": Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    def elaborate(self, platform):
+        lanes = self._config.word_bytes
+        half = lanes // 2
+        m = Module()
+
+        m.d.comb += self.i.ready.eq(1)
+
+        # Stage 1: input registers.
+        s1 = _register(m, self.i.payload, "s1")
+        s1_valid = _register(m, self.i.valid, "s1_valid")
+        s1_regs = _register(m, self.regs, "s1_regs")
+
+        # Stage 2: operands and reductions.
+        op = s1.op
+        reduction = (op == VectorOp.VPOOL) | (op == VectorOp.VCMP) | (op == VectorOp.VARGMAX)
+        s2_valid = Signal(name="s2_valid")
+        m.d.sync += s2_valid.eq(s1_valid & (~reduction | s1.last))
+
+        opa = Signal(data.ArrayLayout(signed(16), lanes), name="s2_opa")   # x MULT_A
+        opb = Signal(data.ArrayLayout(signed(9), lanes), name="s2_opb")    # x MULT_B
+        word = Signal(data.ArrayLayout(signed(8), lanes), name="s2_word")  # unscaled results
+        value = Signal(signed(8), name="s2_value")                         # VCMP operand
+        index = Signal(16, name="s2_index")                                # VARGMAX result
+
+        a = [s1.a[j] for j in range(lanes)]
+        zp_a = s1_regs.zp_a
+
+        # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max.
+        pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
+        pooled = []
+        for j in range(lanes):
+            if j < half:
+                x0, x1 = a[2 * j], a[2 * j + 1]
+                pair_sum = (x0 - zp_a) + (x1 - zp_a)
+                pair_max = _max(m, x0, x1, f"pair_max{j}")
+                part_sum = Mux(s1.pairs, pair_sum, a[j] - zp_a)
+                part_max = Mux(s1.pairs, pair_max, a[j])
+            else:
+                part_sum = a[j] - zp_a
+                part_max = a[j]
+            part = _wire(m, Mux(s1.average, part_sum, part_max), f"pool_part{j}")
+            acc = pool[j]
+            acc_max = _max(m, acc, part, f"pool_max{j}")
+            merged = Signal(signed(16), name=f"pooled{j}")
+            m.d.comb += merged.eq(Mux(s1.first, part, Mux(s1.average, acc + part, acc_max)))
+            pooled.append(merged)
+        with m.If(s1_valid & (op == VectorOp.VPOOL)):
+            m.d.sync += pool.eq(Cat(*pooled))
+
+        # VCMP, VARGMAX: lanes above `lane` of the last word are ignored. The lowest
+        # lane is always counted and masked lanes are -128, so they never win.
+        masked = [Mux(s1.last & (j > s1.lane), -128, a[j]) for j in range(lanes)]
+        word_max, word_arg = _argmax(m, masked, "word")
+        cmp_max = Signal(signed(8), name="cmp_max")
+        cmp_value = _wire(m, Mux(s1.reduce, word_max, Array(a)[s1.lane]), "cmp_value")
+        cmp_merged = Mux(s1.first, cmp_value, _max(m, cmp_max, cmp_value, "cmp_merged_max"))
+        with m.If(s1_valid & (op == VectorOp.VCMP)):
+            m.d.sync += cmp_max.eq(cmp_merged)
+
+        lane_bits = _lane_bits(lanes) if lanes > 1 else 0
+        word_no = Signal(16 - lane_bits, name="argmax_word")   # words since `first`
+        best_value = Signal(signed(8), name="argmax_value")
+        best_index = Signal(16, name="argmax_index")
+        this_word = _wire(m, Mux(s1.first, 0, word_no), "argmax_this_word")
+        this_index = Cat(word_arg[:lane_bits], this_word) if lane_bits else this_word
+        take = _wire(m, s1.first | (word_max > best_value), "argmax_take")
+        arg_index = _wire(m, Mux(take, this_index, best_index), "argmax_new_index")
+        with m.If(s1_valid & (op == VectorOp.VARGMAX)):
+            m.d.sync += [
+                word_no.eq(this_word + 1),
+                best_value.eq(Mux(take, word_max, best_value)),
+                best_index.eq(arg_index),
+            ]
+
+        m.d.sync += word.eq(0)                  # the result word of VCMP, VARGMAX
+        with m.Switch(op):
+            with m.Case(VectorOp.VADD):
+                for j in range(lanes):
+                    m.d.sync += [
+                        opa[j].eq(a[j] - zp_a),
+                        opb[j].eq(s1.b[j] - s1_regs.zp_b),
+                    ]
+            with m.Case(VectorOp.VPOOL):
+                for j in range(lanes):
+                    m.d.sync += [
+                        opa[j].eq(pooled[j]),
+                        opb[j].eq(0),
+                        word[j].eq(pooled[j]),
+                    ]
+            with m.Case(VectorOp.VCLAMP):
+                for j in range(lanes):
+                    floor = Mux(a[j] < s1.lo, s1.lo, a[j])
+                    m.d.sync += word[j].eq(Mux(floor > s1.hi, s1.hi, floor))
+            with m.Case(VectorOp.VCMP):
+                m.d.sync += value.eq(cmp_merged)
+            with m.Case(VectorOp.VARGMAX):
+                m.d.sync += index.eq(arg_index)
+
+        s2_op = _register(m, op, "s2_op")
+        s2_pairs = _register(m, s1.pairs, "s2_pairs")
+        s2_scaled = _register(m, (op == VectorOp.VADD) |
+                              ((op == VectorOp.VPOOL) & s1.average), "s2_scaled")
+        s2_cmp = _register(m, s1.cmp, "s2_cmp")
+        s2_imm = _register(m, s1.imm, "s2_imm")
+        s2_regs = _register(m, s1_regs, "s2_regs")
+
+        # Stages 3..7: (opa * MULT_A + opb * MULT_B) requantised.
+        prods = [_product_sum(m, [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
+                              f"prod{j}")
+                 for j in range(lanes)]
+        s4_regs = _delay(m, s2_regs, 2, "regs")
+        scaled, saturated = _round_clamp(m, prods, s4_regs.shift, s4_regs.zp_out,
+                                         s4_regs.lo, s4_regs.hi, "rq")
+
+        # Stage 3: VCMP's comparison (its operand is ready at stage 2).
+        flag = Signal(name="s3_flag")
+        with m.Switch(s2_cmp):
+            with m.Case(CmpOp.GE):
+                m.d.sync += flag.eq(value >= s2_imm)
+            with m.Case(CmpOp.GT):
+                m.d.sync += flag.eq(value > s2_imm)
+            with m.Case(CmpOp.LT):
+                m.d.sync += flag.eq(value < s2_imm)
+            with m.Case(CmpOp.EQ):
+                m.d.sync += flag.eq(value == s2_imm)
+
+        # Stage 8: output register; pairs leave the upper half of the lanes 0.
+        valid = [s2_valid]                      # valid[k]: stage 2 + k
+        for k in range(1, 6):
+            valid.append(_register(m, valid[-1], f"s{k + 2}_valid"))
+        s7_valid = valid[5]
+        s7_op = _delay(m, s2_op, 5, "op")
+        s7_scaled = _delay(m, s2_scaled, 5, "scaled")
+        s7_pairs = _delay(m, s2_pairs, 5, "pairs")
+        s7_word = _delay(m, word, 5, "word")
+        s7_flag = _delay(m, flag, 4, "flag")
+        s7_index = _delay(m, index, 5, "index")
+        s7_upper = Signal(name="s7_upper")      # the upper lanes are 0 (VPOOL pairs)
+        m.d.comb += s7_upper.eq((s7_op == VectorOp.VPOOL) & s7_pairs)
+
+        out = self.o.payload
+        out_sat = []
+        for j in range(lanes):
+            zero = s7_upper if j >= half else Const(0)
+            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(s7_scaled, scaled[j], s7_word[j])))
+            out_sat.append(~zero & s7_scaled & saturated[j])
+        m.d.sync += [
+            self.o.valid.eq(s7_valid),
+            out.op.eq(s7_op),
+            out.saturated.eq(Cat(*out_sat)),
+            out.sat_count.eq(sum(out_sat)),
+            out.flag.eq((s7_op == VectorOp.VCMP) & s7_flag),
+            out.index.eq(Mux(s7_op == VectorOp.VARGMAX, s7_index, 0)),
+        ]
+
+        # Every accepted word, reductions included, passes stage 1 and sets `busy`;
+        # stages 2..7 carry only words that produce a result.
+        m.d.comb += self.busy.eq(Cat(s1_valid, *valid).any())
+        return m

@@ -1,0 +1,1330 @@
+"""The golden model: one fusetile in NumPy, bit-exact, with a cycle estimate.
+
+:class:`TileModel` holds the tile's whole architectural state (GMEM, scratchpad,
+plan banks, kernel slots, partition and slot tables, ACC, flags F0..F7, index
+registers X0..X3, vector configuration registers, the DMA queue, the speculation
+staging buffer, the fault record, the trace FIFO and the performance counters) and
+executes the full ISA of :mod:`fusetile.kernels.isa` with the arithmetic of
+:mod:`fusetile.kernels.arith`. Instructions are decoded through the ISA layouts (the
+field offsets and widths of ``PlanInstr``, ``MicroInstr`` and the argument structs).
+
+The model advances in clock cycles (:meth:`TileModel.step`), so a plan takes time and
+a host can act while it runs; :mod:`fusetile.host.model_transport` puts the tile's
+register map in front of it. What is exact and what is an estimate:
+
+*Exact* (what every target must agree on): GMEM, scratchpad, ACC, flags, index and
+vector configuration registers, fault records (cause, bank, in_kernel, slot,
+partition, plan PC, address), the plan/micro instructions retired, DMA bytes, kernel
+calls, inferences, swaps, faults, refused writes, speculation hits / misses / faults
+and the per-slot call and per-flag branch counts.
+
+*Cycle-exact with the RTL for the spine* (plan sequencing, DMA queue and engine,
+WAIT/RET, faults, watchdog, speculation control): the control unit, the DMA queue
+(:mod:`fusetile.hdl.dma_queue`), the DMA engine and the staging buffer are modelled
+state for state, so for DMA-only kernels the cycle counters (and the micro PC of a
+DMA fault) match the RTL:
+
+* a plan instruction takes 2 cycles (fetch, execute); a micro-instruction 2 cycles;
+* a DMA command enters the queue in the cycle its micro-instruction executes, reaches
+  the engine 2 cycles later (the queue's output register) if the engine is idle, and
+  the engine is then busy ``rows * cols + 1`` cycles, one word per cycle; the next
+  command starts the cycle after; the sequencer runs on meanwhile and only waits at
+  WAIT / RET (until the tagged commands have completed) or when the queue is full;
+* COMMIT's publication of staged stores takes 2 cycles per word.
+
+*Estimated* (the compute micro-instructions; the RTL's sequencing of the MAC array and
+the vector unit may differ): a compute micro-instruction executes (all its effects) in
+its first execute cycle and then holds the sequencer, and keeps its unit busy, for
+``extra`` more cycles:
+
+=========  ====================================================  ========
+op         extra cycles                                          unit
+=========  ====================================================  ========
+MATMUL     ``k + 3`` (array latency 3; 0 if ``k == 0``)           MAC
+ACC_BIAS   words of bias + 1                                     MAC
+REQUANT    ``R`` + parameter words (per-channel) + 6             vector
+VADD       ``n + 8`` (vector unit latency 8; 0 if ``n == 0``)    vector
+VPOOL      ``n * window + 8`` (0 if ``n == 0``)                  vector
+VCLAMP     ``n + 8`` (0 if ``n == 0``)                           vector
+VCMP       words read + 8                                        vector
+VARGMAX    words read + 8                                        vector
+VCFG       0                                                     --
+=========  ====================================================  ========
+
+MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
+(REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
+register map may not have).
+
+Compute micro-instructions stream through their operands in order (for each output:
+its inputs, then the output); the first scratchpad access outside the slot's partition
+faults (PARTITION, address = the offset, partition = the slot's) and every output
+before it is written, none after. Inputs are read before outputs are written, as the
+pipelined vector unit does.
+"""
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from . import arith
+from .config import TileConfig
+from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
+                  DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
+                  VclampArgs, VcmpArgs, VargmaxArgs, VcfgArgs, CmpOp, VectorCfg,
+                  FLAGS, INDEX_REGS, DMA_TOKENS)
+
+
+__all__ = ["TileModel", "FaultRecord", "COUNTER_NAMES", "decode_plan", "decode_micro"]
+
+
+#: Global counters the model keeps: the register map's (hdl/regmap.py COUNTERS) and
+#: the model-only ``macs`` and ``saturations``.
+COUNTER_NAMES = (
+    "cycles", "active_cycles", "dma_busy", "mac_busy", "vec_busy", "stall_dma",
+    "dma_bytes_in", "dma_bytes_out", "plan_retired", "micro_retired", "kernel_calls",
+    "inferences", "swaps", "faults", "refused_writes", "spec_hits", "spec_misses",
+    "spec_faults", "rollback_cycles", "macs", "saturations",
+)
+
+_MASK32 = 0xFFFF_FFFF
+
+
+# -- decoding through the ISA layouts ---------------------------------------------------
+
+def _fields(layout, base=0):
+    """{name: (bit offset, width)} of a Struct's fields, offset by ``base``."""
+    return {name: (base + f.offset, f.width) for name, f in layout.as_shape()}
+
+
+_PLAN_FIELDS = _fields(PlanInstr)
+_MICRO_FIELDS = _fields(MicroInstr)
+_ARGS_BASE = _MICRO_FIELDS["args"][0]
+_ARG_FIELDS = {
+    MicroOp.DMA_LOAD: _fields(DmaArgs, _ARGS_BASE),
+    MicroOp.DMA_STORE: _fields(DmaArgs, _ARGS_BASE),
+    MicroOp.WAIT: _fields(WaitArgs, _ARGS_BASE),
+    MicroOp.MATMUL: _fields(MatmulArgs, _ARGS_BASE),
+    MicroOp.ACC_BIAS: _fields(AccBiasArgs, _ARGS_BASE),
+    MicroOp.REQUANT: _fields(RequantArgs, _ARGS_BASE),
+    MicroOp.VADD: _fields(VaddArgs, _ARGS_BASE),
+    MicroOp.VPOOL: _fields(VpoolArgs, _ARGS_BASE),
+    MicroOp.VCLAMP: _fields(VclampArgs, _ARGS_BASE),
+    MicroOp.VCMP: _fields(VcmpArgs, _ARGS_BASE),
+    MicroOp.VARGMAX: _fields(VargmaxArgs, _ARGS_BASE),
+    MicroOp.VCFG: _fields(VcfgArgs, _ARGS_BASE),
+}
+_PLAN_OPS = {op.value: op for op in PlanOp}
+_MICRO_OPS = {op.value: op for op in MicroOp}
+
+
+def _extract(bits, fields):
+    return {name: (bits >> off) & ((1 << width) - 1) for name, (off, width) in fields.items()}
+
+
+@lru_cache(maxsize=4096)
+def decode_plan(bits):
+    """A plan instruction's fields as ``(op, fields)``: ``op`` a :class:`PlanOp` or
+    ``None`` (reserved), ``fields`` {name: int} (``op`` raw)."""
+    f = _extract(bits, _PLAN_FIELDS)
+    return _PLAN_OPS.get(f["op"]), f
+
+
+@lru_cache(maxsize=4096)
+def decode_micro(bits):
+    """A micro-instruction as ``(op, args)``: ``op`` a :class:`MicroOp` or ``None``
+    (reserved), ``args`` {name: int} of that op's argument struct (enums raw)."""
+    op = _MICRO_OPS.get((bits >> _MICRO_FIELDS["op"][0]) & ((1 << _MICRO_FIELDS["op"][1]) - 1))
+    fields = _ARG_FIELDS.get(op)
+    return op, (_extract(bits, fields) if fields else {})
+
+
+def _int8(value):
+    value &= 0xFF
+    return value - 256 if value & 0x80 else value
+
+
+# -- records ----------------------------------------------------------------------------
+
+@dataclass
+class FaultRecord:
+    """What the tile recorded when it stopped (the FAULT, FAULT_PC, FAULT_ADDR CSRs)."""
+    cause: FaultCause = FaultCause.NONE
+    bank: int = 0
+    in_kernel: int = 0
+    slot: int = 0
+    part: int = 0
+    plan_pc: int = 0
+    micro_pc: int = 0
+    addr: int = 0
+
+
+class _Fault(Exception):
+    """Raised inside an instruction's execution: (cause, addr, part)."""
+
+    def __init__(self, cause, addr=0, part=0):
+        self.cause, self.addr, self.part = cause, addr & _MASK32, part
+
+
+@dataclass
+class _Transfer:
+    """One DMA command, from the queue through the engine."""
+    store: bool
+    gmem: int
+    gmem_stride: int
+    spad: int
+    spad_stride: int
+    rows: int
+    cols: int
+    part: int
+    token: int
+    # Set when the engine takes it (cycle x): busy x+1..end; word i moves in x+2+i.
+    x: int = None
+    end: int = None
+    n_ok: int = 0
+    moved: int = 0
+    fault: tuple = None        # (cause, addr, part)
+
+
+# Control unit states (as hdl/control.py's _State).
+_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH = range(7)
+
+_COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
+                          MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
+                          MicroOp.VCFG})
+
+_VCFG_BITS = {
+    VectorCfg.MULT_A: 32, VectorCfg.MULT_B: 32, VectorCfg.SHIFT: 5, VectorCfg.ZP_A: 8,
+    VectorCfg.ZP_B: 8, VectorCfg.ZP_OUT: 8, VectorCfg.LO: 8, VectorCfg.HI: 8,
+}
+_VCFG_SIGNED = frozenset({VectorCfg.ZP_A, VectorCfg.ZP_B, VectorCfg.ZP_OUT, VectorCfg.LO,
+                          VectorCfg.HI})
+
+_STOPPING = frozenset({FaultCause.WATCHDOG, FaultCause.ABORTED})
+
+
+class TileModel:
+    """One fusetile: architectural state and a cycle-stepped executor.
+
+    Host-side access (:meth:`write_gmem`, :meth:`write_plan`, :meth:`set_partition`,
+    ...) changes state directly, in no time and without the tile's write protection;
+    :class:`fusetile.host.model_transport.ModelTransport` adds the bus, its timing and
+    its refusals. Commands (:meth:`start`, :meth:`request_swap`, :meth:`clear_fault`,
+    :meth:`abort`, :meth:`clear_counters`) take one cycle each, as CTRL pulses do.
+
+        model = TileModel(TileConfig())
+        model.set_partition(0, base=0, length=64)
+        model.load_kernel(0, [dma_load(gmem=0, spad=0, cols=4), ret()], part=0)
+        model.load_plan([call(0), done()])
+        model.run()          # -> FaultRecord or None
+
+    Parameters
+    ----------
+    config : TileConfig or None
+        ``None``: the default configuration.
+
+    Attributes
+    ----------
+    config : TileConfig
+    now : int
+        Cycles simulated since construction.
+    gmem : numpy.ndarray
+        GMEM bytes (uint8, ``gmem_bytes``).
+    spad : numpy.ndarray
+        Scratchpad bytes (uint8, ``spad_words * word_bytes``), by scratchpad word.
+    plans : list of two lists of int
+        The plan banks (64-bit instructions).
+    kernels : list of lists of int
+        The kernel slots (128-bit micro-instructions).
+    part_base, part_len : list of int
+        The partition table.
+    slot_valid, slot_part, slot_version : list of int
+        The slot table.
+    acc : numpy.ndarray
+        ACC, int32, ``rows`` x ``cols``.
+    flags : list of int
+        F0..F7.
+    index : list of int
+        X0..X3.
+    vcfg : dict of VectorCfg to int
+        Vector configuration registers (int8 ones as signed values).
+    counters : dict of str to int
+        :data:`COUNTER_NAMES`.
+    slot_calls, slot_cycles, branch_taken, branch_not_taken : list of int
+        Per-slot and per-flag counters.
+    fault : FaultRecord
+        The last fault (valid while :attr:`faulted`).
+    trace : collections.deque of int
+        Trace records (256-bit ints, :class:`TraceRecord` bits), oldest first.
+    trace_dropped : int
+    running, done, faulted, active_bank, exec_bank, swap_pending, in_kernel, slot,
+    speculating : int
+        Control state, as in STATUS.
+    plan_pc, micro_pc, mark, miss_pc : int
+    watchdog_limit, freeze, irq_enable_done, irq_enable_fault : int
+        Host-set control values (WATCHDOG, PERF_CTRL.freeze, IRQ_ENABLE).
+    """
+
+    def __init__(self, config=None):
+        if config is None:
+            config = TileConfig()
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        if config.rows > config.word_bytes or config.cols > config.word_bytes:
+            raise ValueError(f"config.rows and config.cols must be at most config.word_bytes "
+                             f"({config.word_bytes}), not {config.rows} x {config.cols}")
+        self.config = c = config
+        self.wb = c.word_bytes
+        self.now = 0
+
+        self.gmem = np.zeros(c.gmem_bytes, dtype=np.uint8)
+        self.spad = np.zeros(c.spad_words * c.word_bytes, dtype=np.uint8)
+        self.plans = [[0] * c.plan_depth for _ in range(2)]
+        self.kernels = [[0] * c.slot_depth for _ in range(c.kernel_slots)]
+        self.part_base = [0] * c.partitions
+        self.part_len = [0] * c.partitions
+        self.slot_valid = [0] * c.kernel_slots
+        self.slot_part = [0] * c.kernel_slots
+        self.slot_version = [0] * c.kernel_slots
+        self.watchdog_limit = 0
+        self.freeze = 0
+        self.irq_enable_done = 0
+        self.irq_enable_fault = 1
+
+        self.acc = np.zeros((c.rows, c.cols), dtype=np.int32)
+        self.flags = [0] * FLAGS
+        self.index = [0] * INDEX_REGS
+        self.vcfg = {reg: 0 for reg in VectorCfg}
+        self.vcfg[VectorCfg.LO] = arith.INT8_MIN
+        self.vcfg[VectorCfg.HI] = arith.INT8_MAX
+
+        # control unit
+        self.state = _IDLE
+        self.running = self.done = self.faulted = 0
+        self.active_bank = self.exec_bank = 0
+        self.swap_pending = 0
+        self.in_kernel = 0
+        self.slot = 0
+        self.plan_pc = self.micro_pc = 0
+        self.mark = 0
+        self.watchdog = 0
+        self.arg_a = self.arg_b = 0
+        self.part = 0
+        self.exec_left = None        # cycles a compute micro-instruction still holds
+        self.exec_unit = None
+        self.speculating = 0
+        self.guard_flag = self.guard_value = 0
+        self.resume_pc = 0
+        self.miss_pc = 0
+        self.rolling_back = 0
+        self.fault = FaultRecord()
+        self._call = None            # statistics of the current kernel call
+
+        # DMA queue (a SyncFIFOBuffered: inner storage + output register) and engine
+        self._inner = deque()
+        self._out = None
+        self._engine = None          # the transfer the engine took last
+        self._in_engine = 0
+        self._engine_fault = None    # sticky (cause, addr, part)
+        self._tokens = [0] * DMA_TOKENS
+
+        # speculation staging buffer
+        self.staging = []            # [(gmem word, bytes)]
+        self._staging_overflow = 0
+        self._draining = 0
+        self._drain_head = 0
+        self._drain_fetched = 0
+
+        # trace FIFO
+        self.trace = deque()
+        self.trace_dropped = 0
+        self._trace_word = 0
+
+        self.counters = dict.fromkeys(COUNTER_NAMES, 0)
+        self.slot_calls = [0] * c.kernel_slots
+        self.slot_cycles = [0] * c.kernel_slots
+        self.branch_taken = [0] * FLAGS
+        self.branch_not_taken = [0] * FLAGS
+
+    # -- host-side access (no bus, no time) -------------------------------------------
+    def write_gmem(self, offset, data):
+        """Write bytes at GMEM byte ``offset``."""
+        data = np.frombuffer(bytes(data), dtype=np.uint8)
+        if not 0 <= offset <= offset + len(data) <= len(self.gmem):
+            raise ValueError(f"GMEM bytes {offset:#x}..{offset + len(data):#x} are outside "
+                             f"GMEM ({len(self.gmem):#x} bytes)")
+        self.gmem[offset:offset + len(data)] = data
+
+    def read_gmem(self, offset, length):
+        """``length`` bytes from GMEM byte ``offset``."""
+        if not 0 <= offset <= offset + length <= len(self.gmem):
+            raise ValueError(f"GMEM bytes {offset:#x}..{offset + length:#x} are outside "
+                             f"GMEM ({len(self.gmem):#x} bytes)")
+        return self.gmem[offset:offset + length].tobytes()
+
+    def write_spad(self, word, data):
+        """Write bytes at absolute scratchpad word ``word`` (host-side only: the real tile
+        has no host path into the scratchpad)."""
+        data = np.frombuffer(bytes(data), dtype=np.uint8)
+        start = word * self.wb
+        self.spad[start:start + len(data)] = data
+
+    def read_spad(self, word, count=1):
+        """``count`` words from absolute scratchpad word ``word``, as bytes."""
+        return self.spad[word * self.wb:(word + count) * self.wb].tobytes()
+
+    def write_plan(self, bank, instrs, *, start=0):
+        for i, instr in enumerate(instrs):
+            self.plans[bank][start + i] = _as_int(instr)
+
+    def write_kernel(self, slot, instrs, *, start=0):
+        for i, instr in enumerate(instrs):
+            self.kernels[slot][start + i] = _as_int(instr)
+
+    def set_partition(self, index, *, base, length):
+        self.part_base[index] = base
+        self.part_len[index] = length
+
+    def set_slot(self, slot, *, valid, part, version=0):
+        self.slot_valid[slot], self.slot_part[slot], self.slot_version[slot] = \
+            int(valid), part, version
+
+    def load_kernel(self, slot, instrs, *, part, version=0):
+        """Write a kernel into ``slot`` and bind it (valid) to partition ``part``."""
+        self.write_kernel(slot, instrs)
+        self.set_slot(slot, valid=1, part=part, version=version)
+
+    def load_plan(self, instrs):
+        """Write ``instrs`` into the inactive bank and swap (one cycle, on an idle tile
+        the swap is immediate). Returns the bank."""
+        bank = 1 - self.active_bank
+        self.write_plan(bank, instrs)
+        self.request_swap()
+        return bank
+
+    # -- commands (one cycle each, like CTRL pulses) ----------------------------------
+    def start(self):
+        self.step(1, start=1)
+
+    def request_swap(self):
+        self.step(1, swap=1)
+
+    def clear_fault(self):
+        self.step(1, clear_fault=1)
+
+    def abort(self):
+        self.step(1, abort=1)
+
+    def clear_counters(self):
+        self.step(1, perf_clear=1)
+
+    def run(self, max_cycles=1_000_000):
+        """Start the active bank and run until DONE or a fault.
+
+        Returns the :class:`FaultRecord` if the tile faulted, else ``None``.
+
+        Raises
+        ------
+        TimeoutError
+            If the plan is still running after ``max_cycles``.
+        """
+        self.start()
+        self.run_until_idle(max_cycles)
+        return self.fault if self.faulted else None
+
+    def run_until_idle(self, max_cycles=1_000_000):
+        """Step until the plan stops running (DONE or fault)."""
+        limit = self.now + max_cycles
+        while self.running:
+            if self.now >= limit:
+                raise TimeoutError(f"plan still running after {max_cycles} cycles "
+                                   f"(plan pc {self.plan_pc})")
+            self.step(min(4096, limit - self.now))
+
+    @property
+    def irq(self):
+        return int(bool((self.irq_enable_done and self.done) or
+                        (self.irq_enable_fault and self.faulted)))
+
+    @property
+    def dma_busy(self):
+        """A DMA command is queued or in the engine (STATUS.dma_busy)."""
+        return int(any(self._tokens))
+
+    def trace_records(self):
+        """The trace FIFO's records as ``TraceRecord`` views (not popped)."""
+        return [TraceRecord.from_bits(r) for r in self.trace]
+
+    def trace_read_word(self):
+        """The TRACE_DATA word a read returns now (0 when empty)."""
+        if not self.trace:
+            return 0
+        return (self.trace[0] >> (32 * self._trace_word)) & _MASK32
+
+    # -- time ----------------------------------------------------------------------------
+    def step(self, n=1, **pulses):
+        """Advance ``n`` cycles; ``pulses`` (start, swap, clear_fault, abort,
+        perf_clear, trace_read, refused) are high in the first of them."""
+        if n <= 0:
+            return
+        self._cycle(pulses)
+        n -= 1
+        while n > 0:
+            k = self._skippable(n)
+            if k:
+                self._skip(k)
+                n -= k
+            else:
+                self._cycle(None)
+                n -= 1
+
+    # -- the DMA queue and engine ---------------------------------------------------------
+    def _queue_w_rdy(self):
+        return len(self._inner) != self.config.dma_queue - 1
+
+    def _schedule(self, t, x):
+        """The engine takes transfer ``t`` in cycle ``x``: find where it faults."""
+        cfg = self.config
+        t.x = x
+        if t.rows == 0 or t.cols == 0:
+            t.end = x
+            return
+        part = t.part
+        if part < cfg.partitions:
+            base, length = self.part_base[part], self.part_len[part]
+        cols = np.arange(t.cols, dtype=np.int64)
+        n_ok = 0
+        for r in range(t.rows):
+            g = t.gmem + r * t.gmem_stride + cols
+            s = t.spad + r * t.spad_stride + cols
+            gbad = g >= cfg.gmem_words
+            if part < cfg.partitions:
+                sbad = (s >= 1 << 16) | (s >= length) | (base + s >= cfg.spad_words)
+            else:
+                sbad = np.ones(t.cols, dtype=bool)
+            bad = gbad | sbad
+            if bad.any():
+                f = int(np.argmax(bad))
+                if gbad[f]:
+                    t.fault = (FaultCause.GMEM_RANGE, int(g[f]) & _MASK32, part)
+                else:
+                    t.fault = (FaultCause.PARTITION, int(s[f]) & _MASK32, part)
+                n_ok += f
+                break
+            n_ok += t.cols
+        t.n_ok = n_ok
+        if t.fault is None:
+            t.end = x + n_ok + 1
+        elif not t.store and t.fault[0] == FaultCause.PARTITION:
+            t.end = x + n_ok + 2            # detected in the load's write stage
+        else:
+            t.end = x + n_ok + 1
+
+    def _move_words(self, t, upto):
+        """Move the words of transfer ``t`` scheduled before cycle ``upto``.
+        Returns (words moved, cycle of a staging overflow or None)."""
+        last = min(t.n_ok, upto - (t.x + 2))
+        if last <= t.moved:
+            return 0, None
+        wb = self.wb
+        cfg = self.config
+        base = self.part_base[t.part]
+        start = t.moved
+        overflow_at = None
+        for i in range(start, last):
+            r, col = divmod(i, t.cols)
+            g = (t.gmem + r * t.gmem_stride + col) * wb
+            s = (base + t.spad + r * t.spad_stride + col) * wb
+            if t.store:
+                if self.speculating:
+                    if len(self.staging) < cfg.staging_words:
+                        self.staging.append((g // wb, self.spad[s:s + wb].copy()))
+                    elif overflow_at is None:
+                        overflow_at = t.x + 2 + i
+                        # The overflow is seen next cycle, when the miss aborts the
+                        # engine: later words never move.
+                        last = i + 1
+                        break
+                else:
+                    self.gmem[g:g + wb] = self.spad[s:s + wb]
+            else:
+                self.spad[s:s + wb] = self.gmem[g:g + wb]
+        t.moved = last
+        return last - start, overflow_at
+
+    def _dma_words(self, upto):
+        """Move the engine's words up to cycle ``upto``; account bytes."""
+        t = self._engine
+        if t is None or t.moved >= t.n_ok:
+            return 0
+        n, overflow_at = self._move_words(t, upto)
+        if overflow_at is not None:
+            self._staging_overflow = 1
+        if n:
+            key = "dma_bytes_out" if t.store else "dma_bytes_in"
+            if not self.freeze:
+                self.counters[key] += n * self.wb
+            if self._call is not None:
+                self._call["out" if t.store else "in"] += n
+        return n
+
+    def _dma_cycle(self, c, push, flush):
+        """The queue and the engine in cycle ``c``, after the control unit decided."""
+        if flush:
+            t = self._engine
+            if t is not None:
+                # No access is made in the cycle of the abort (earlier words moved in
+                # their own cycles).
+                t.n_ok = t.moved
+            self._inner.clear()
+            self._out = None
+            self._engine = None
+            self._in_engine = 0
+            self._engine_fault = None
+            self._tokens = [0] * DMA_TOKENS
+            return
+        self._dma_words(c + 1)
+        t = self._engine
+        busy = t is not None and t.x + 1 <= c <= t.end and not (t.rows == 0 or t.cols == 0)
+        ready = not busy and self._engine_fault is None
+        issued = self._out is not None and ready
+        completed = self._in_engine and not busy
+        inner_read = bool(self._inner) and (self._out is None or issued)
+        if completed:
+            self._tokens[t.token] -= 1
+        if issued:
+            new = self._out
+            self._schedule(new, c)
+            self._engine = new
+            self._in_engine = 1
+        elif completed:
+            self._in_engine = 0
+        if inner_read:
+            self._out = self._inner.popleft()
+        elif issued:
+            self._out = None
+        if push is not None:
+            self._inner.append(push)
+            self._tokens[push.token] += 1
+        # A transfer that faulted raises the engine's sticky fault after its last
+        # busy cycle.
+        t = self._engine
+        if t is not None and t.fault is not None and c == t.end:
+            self._engine_fault = t.fault
+
+    # -- one cycle -------------------------------------------------------------------------
+    def _cycle(self, pulses):
+        p = pulses or {}
+        c = self.now
+        cfg = self.config
+        ctr = self.counters
+        count = not self.freeze
+
+        # Inputs, as they are at the start of the cycle.
+        t = self._engine
+        dma_busy = t is not None and t.x + 1 <= c <= t.end and not (t.rows == 0 or t.cols == 0)
+        dma_fault = self._engine_fault
+        outstanding = 0
+        for i, n in enumerate(self._tokens):
+            if n:
+                outstanding |= 1 << i
+        running, in_kernel, speculating = self.running, self.in_kernel, self.speculating
+        state = self.state
+        slot = self.slot
+        exec_bank = self.exec_bank
+        rolling_back = self.rolling_back
+        trace_nonempty = bool(self.trace)
+
+        ev = _Events()
+        tr = {}                 # the sequencer's state changes, unless a fault/miss wins
+        seq_fault = None
+        seq_miss = False
+        push = None
+        publish = False
+        ret_trace = False
+        take_swap = False
+        flag_write = None
+        unit_busy = None
+
+        def goto(target):
+            nonlocal seq_fault
+            if target >= cfg.plan_depth:
+                seq_fault = (FaultCause.PLAN_RANGE, target, 0)
+            else:
+                tr["plan_pc"] = target
+                tr["state"] = _PLAN_FETCH
+                ev.plan_retired = 1
+
+        def micro_next():
+            tr["micro_pc"] = self.micro_pc + 1
+            tr["state"] = _MICRO_FETCH
+            tr["exec_left"] = None
+            ev.micro_retired = 1
+
+        if state == _IDLE:
+            if self.swap_pending or p.get("swap"):
+                take_swap = True
+            if p.get("start"):
+                tr.update(running=1, done=0, plan_pc=0, exec_bank=self.active_bank,
+                          watchdog=0, state=_PLAN_FETCH)
+
+        elif state == _PLAN_FETCH:
+            if self.plan_pc >= cfg.plan_depth:
+                seq_fault = (FaultCause.PLAN_RANGE, self.plan_pc, 0)
+            else:
+                tr["state"] = _PLAN_EXEC
+
+        elif state == _PLAN_EXEC:
+            bits = self.plans[self.exec_bank][self.plan_pc]
+            op, f = decode_plan(bits)
+            cond, sel, a, b = f["cond"], f["sel"], f["a"], f["b"]
+            pc = self.plan_pc
+            illegal = False
+            if cond >> 1 or (cond and op not in (PlanOp.BRANCH, PlanOp.ASSUME)):
+                illegal = True
+            elif op == PlanOp.NOP:
+                goto(pc + 1)
+            elif op == PlanOp.MARK:
+                self.mark = a
+                goto(pc + 1)
+            elif op == PlanOp.JUMP:
+                goto(a)
+            elif op == PlanOp.BRANCH:
+                if sel >= FLAGS:
+                    illegal = True
+                else:
+                    taken = self.flags[sel] == (cond & 1)
+                    ev.branch = (sel, taken)
+                    goto(a if taken else pc + 1)
+            elif op == PlanOp.SWITCH:
+                if sel >= INDEX_REGS:
+                    illegal = True
+                elif self.index[sel] >= b:
+                    seq_fault = (FaultCause.SWITCH_RANGE, self.index[sel], 0)
+                else:
+                    goto(a + self.index[sel])
+            elif op == PlanOp.ASSUME:
+                if sel >= FLAGS or speculating:
+                    illegal = True
+                else:
+                    tr.update(speculating=1, guard_flag=sel, guard_value=cond & 1,
+                              resume_pc=a, miss_pc=pc)
+                    goto(pc + 1)
+            elif op == PlanOp.COMMIT:
+                if not speculating:
+                    illegal = True
+                elif self.flags[self.guard_flag] != self.guard_value:
+                    seq_miss = True
+                else:
+                    publish = True
+                    ev.spec_hit = 1
+                    tr.update(speculating=0, state=_PUBLISH)
+            elif op == PlanOp.DONE:
+                if speculating:
+                    illegal = True
+                else:
+                    tr.update(running=0, done=1, state=_IDLE)
+                    ev.plan_retired = 1
+                    ev.inference = 1
+                    if self.swap_pending or p.get("swap"):
+                        take_swap = True
+            elif op == PlanOp.CALL:
+                if sel >= cfg.kernel_slots or not self.slot_valid[sel]:
+                    seq_fault = (FaultCause.SLOT_INVALID, sel, 0)
+                else:
+                    tr.update(slot=sel, part=self.slot_part[sel], arg_a=a, arg_b=b,
+                              in_kernel=1, micro_pc=0, exec_left=None, state=_MICRO_FETCH,
+                              _call={"pc": pc, "start": ctr["cycles"] & _MASK32, "cycles": 0,
+                                     "dma_busy": 0, "mac_busy": 0, "vec_busy": 0,
+                                     "in": 0, "out": 0})
+            else:
+                illegal = True
+            if illegal:
+                seq_fault = (FaultCause.ILLEGAL_PLAN, bits & _MASK32, 0)
+
+        elif state == _PUBLISH:
+            if not self._draining:
+                goto(self.plan_pc + 1)
+
+        elif state == _MICRO_FETCH:
+            if self.micro_pc >= cfg.slot_depth:
+                seq_fault = (FaultCause.SLOT_RANGE, self.micro_pc, 0)
+            else:
+                tr["state"] = _MICRO_EXEC
+
+        elif state == _MICRO_EXEC:
+            bits = self.kernels[slot][self.micro_pc]
+            op, f = decode_micro(bits)
+            if op == MicroOp.NOP:
+                micro_next()
+            elif op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
+                base = f["gmem_base"]
+                if base == GmemBase.ARG0.value:
+                    base = self.arg_a
+                elif base == GmemBase.ARG1.value:
+                    base = self.arg_b
+                elif base == GmemBase.ABS.value:
+                    base = 0
+                else:
+                    seq_fault = (FaultCause.ILLEGAL_MICRO, bits & _MASK32, 0)
+                if seq_fault is None:
+                    if self._queue_w_rdy():
+                        push = _Transfer(
+                            store=op == MicroOp.DMA_STORE,
+                            gmem=(base + f["gmem_addr"]) & 0xFF_FFFF,
+                            gmem_stride=f["gmem_stride"], spad=f["spad_addr"],
+                            spad_stride=f["spad_stride"], rows=f["rows"], cols=f["cols"],
+                            part=self.part, token=f["token"])
+                        micro_next()
+                    else:
+                        ev.stall_dma = 1
+            elif op == MicroOp.WAIT:
+                mask = f["tokens"] or (1 << DMA_TOKENS) - 1
+                if outstanding & mask:
+                    ev.stall_dma = 1
+                else:
+                    micro_next()
+            elif op == MicroOp.RET:
+                if outstanding:
+                    ev.stall_dma = 1
+                else:
+                    tr["in_kernel"] = 0
+                    ev.micro_retired = 1
+                    ev.call_done = 1
+                    ret_trace = True
+                    goto(self.plan_pc + 1)
+            elif op in _COMPUTE_OPS:
+                if self.exec_left is None:
+                    try:
+                        extra, unit, flag_write = self._execute(op, f, bits)
+                    except _Fault as e:
+                        seq_fault = (e.cause, e.addr, e.part)
+                    else:
+                        if extra:
+                            self.exec_left = extra
+                            self.exec_unit = unit
+                            unit_busy = unit
+                        else:
+                            micro_next()
+                else:
+                    self.exec_left -= 1
+                    if self.exec_left == 0:
+                        micro_next()
+                    else:
+                        unit_busy = self.exec_unit
+            else:
+                seq_fault = (FaultCause.ILLEGAL_MICRO, bits & _MASK32, 0)
+
+        elif state == _FAULT:
+            if p.get("clear_fault"):
+                tr.update(faulted=0, state=_IDLE)
+
+        # Faults from the DMA engine, the watchdog and the host win, in that order.
+        fault = seq_fault
+        if running and dma_fault is not None:
+            fault = dma_fault
+        if running and self.watchdog_limit and self.watchdog >= self.watchdog_limit:
+            fault = (FaultCause.WATCHDOG, self.watchdog, 0)
+        if running and p.get("abort"):
+            fault = (FaultCause.ABORTED, 0, 0)
+
+        miss = seq_miss
+        spec_fault = False
+        if speculating:
+            if flag_write is not None and flag_write[0] == self.guard_flag and \
+                    flag_write[1] != self.guard_value:
+                miss = True
+            if self._staging_overflow:
+                miss = True
+            if fault is not None:
+                miss = True
+                spec_fault = True
+        stop = fault is not None and not (speculating and fault[0] not in _STOPPING)
+
+        trace_fault = False
+        flush = False
+        if stop:
+            cause, addr, fpart = fault
+            self.fault = FaultRecord(cause=FaultCause(cause), bank=exec_bank,
+                                     in_kernel=in_kernel, slot=slot, part=fpart,
+                                     plan_pc=self.plan_pc & 0xFFFF,
+                                     micro_pc=self.micro_pc & 0xFFFF, addr=addr & _MASK32)
+            self.running = 0
+            self.faulted = 1
+            self.in_kernel = 0
+            self.speculating = 0
+            self.rolling_back = 0
+            self.exec_left = None
+            self.state = _FAULT
+            ev = ev.suppressed()
+            ev.fault = 1
+            trace_fault = in_kernel
+            flush = True
+            self._discard_staging()
+        elif miss:
+            self.rolling_back = 1
+            self.speculating = 0
+            self.in_kernel = 0
+            self.exec_left = None
+            self.exec_bank ^= 1
+            self.plan_pc = self.resume_pc & 0xFFFF
+            self.state = _PLAN_FETCH
+            ev = ev.suppressed()
+            ev.spec_miss = 1
+            ev.spec_fault = int(spec_fault)
+            ev.rollback = 1
+            trace_fault = in_kernel
+            flush = True
+            self._discard_staging()
+        else:
+            if state == _PLAN_EXEC:
+                self.rolling_back = 0
+            call = tr.pop("_call", None)
+            if call is not None:
+                self._call = call
+            for name, value in tr.items():
+                setattr(self, name, value)
+            if publish:
+                self._publish()
+
+        if take_swap:
+            self.active_bank ^= 1
+            self.swap_pending = 0
+            ev.swap = 1
+        elif p.get("swap"):
+            self.swap_pending = 1
+
+        # The call's statistics and its trace record.
+        call = self._call
+        if in_kernel and call is not None:
+            if ret_trace and not (stop or miss):
+                self._push_trace(call, slot, exec_bank, faulted=0)
+            elif trace_fault:
+                self._push_trace(call, slot, exec_bank, faulted=1)
+            call["cycles"] += 1
+            call["dma_busy"] += dma_busy
+            if unit_busy is not None:
+                call[unit_busy] += 1
+        if running:
+            self.watchdog += 1
+
+        # The staging buffer drains one word per two cycles after a COMMIT hit.
+        if self._draining and not publish:
+            self._drain_step()
+
+        # Counters (the trace read strobe and refusals arrive with the pulses).
+        if count:
+            ctr["cycles"] += 1
+            ctr["active_cycles"] += running
+            ctr["dma_busy"] += dma_busy
+            if unit_busy is not None:
+                ctr[unit_busy] += 1
+            ctr["stall_dma"] += ev.stall_dma
+            ctr["plan_retired"] += ev.plan_retired
+            ctr["micro_retired"] += ev.micro_retired
+            ctr["kernel_calls"] += ev.call_done
+            ctr["inferences"] += ev.inference
+            ctr["swaps"] += ev.swap
+            ctr["faults"] += ev.fault
+            ctr["refused_writes"] += bool(p.get("refused"))
+            ctr["spec_hits"] += ev.spec_hit
+            ctr["spec_misses"] += ev.spec_miss
+            ctr["spec_faults"] += ev.spec_fault
+            ctr["rollback_cycles"] += bool(ev.rollback or rolling_back)
+            if in_kernel:
+                self.slot_cycles[slot] += 1
+                self.slot_calls[slot] += ev.call_done
+            if ev.branch is not None:
+                flag, taken = ev.branch
+                if taken:
+                    self.branch_taken[flag] += 1
+                else:
+                    self.branch_not_taken[flag] += 1
+
+        if p.get("trace_read") and trace_nonempty:
+            if self._trace_word == 7:
+                self._trace_word = 0
+                self.trace.popleft()
+            else:
+                self._trace_word += 1
+
+        self._dma_cycle(c, push, flush)
+        if p.get("perf_clear"):
+            self._clear_counters()
+        self.now = c + 1
+
+    def _clear_counters(self):
+        for name in self.counters:
+            self.counters[name] = 0
+        for lst in (self.slot_calls, self.slot_cycles, self.branch_taken,
+                    self.branch_not_taken):
+            lst[:] = [0] * len(lst)
+
+    def _push_trace(self, call, slot, bank, *, faulted):
+        if len(self.trace) >= self.config.trace_depth:
+            self.trace_dropped = min(self.trace_dropped + 1, 0xFFFF)
+            return
+        record = TraceRecord.const({
+            "slot": slot, "bank": bank, "faulted": faulted, "pc": call["pc"] & 0xFFFF,
+            "start": call["start"], "cycles": (call["cycles"] + 1) & _MASK32,
+            "dma_busy": call["dma_busy"] & _MASK32, "mac_busy": call["mac_busy"] & _MASK32,
+            "vec_busy": call["vec_busy"] & _MASK32,
+            "bytes_in": (call["in"] * self.wb) & _MASK32,
+            "bytes_out": (call["out"] * self.wb) & _MASK32,
+        }).as_bits()
+        self.trace.append(record)
+
+    # -- speculation staging -------------------------------------------------------------
+    def _discard_staging(self):
+        self.staging = []
+        self._staging_overflow = 0
+        self._draining = 0
+        self._drain_head = 0
+        self._drain_fetched = 0
+
+    def _publish(self):
+        if self.staging and not self._draining:
+            self._draining = 1
+            self._drain_head = 0
+            self._drain_fetched = 0
+
+    def _drain_step(self):
+        if not self._drain_fetched:
+            self._drain_fetched = 1
+            return
+        word, data = self.staging[self._drain_head]
+        self.gmem[word * self.wb:(word + 1) * self.wb] = data
+        self._drain_fetched = 0
+        self._drain_head += 1
+        if self._drain_head == len(self.staging):
+            self._discard_staging()
+
+    # -- fast-forward ------------------------------------------------------------------------
+    def _skippable(self, n):
+        """How many of the next ``n`` cycles change nothing but counts, countdowns and
+        DMA words (0: step one cycle)."""
+        if n < 2 or self._inner or self._draining:
+            return 0
+        c = self.now
+        if self.state in (_IDLE, _FAULT):
+            if self.swap_pending or self._engine is not None and \
+                    (self._in_engine or self._out is not None):
+                return 0
+            return n
+        if self.state != _MICRO_EXEC:
+            return 0
+        limit = n
+        if self.running and self.watchdog_limit:
+            limit = min(limit, self.watchdog_limit - self.watchdog)
+        t = self._engine
+        if self._in_engine:
+            if not (t.x + 1 <= c <= t.end) or t.rows == 0 or t.cols == 0:
+                return 0
+            limit = min(limit, t.end - c)       # stop before the cycle after its end
+            if t.store and self.speculating:
+                room = self.config.staging_words - len(self.staging)
+                first_full = t.x + 2 + t.moved + room
+                limit = min(limit, first_full - c)
+        elif self._out is not None:
+            return 0
+        bits = self.kernels[self.slot][self.micro_pc]
+        op, f = decode_micro(bits)
+        if op in _COMPUTE_OPS and self.exec_left is not None:
+            limit = min(limit, self.exec_left - 1)
+        elif op == MicroOp.WAIT or op == MicroOp.RET:
+            mask = (f["tokens"] or 0xF) if op == MicroOp.WAIT else 0xF
+            if not any(self._tokens[i] for i in range(DMA_TOKENS) if mask >> i & 1):
+                return 0
+        elif op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
+            if self._queue_w_rdy() or f["gmem_base"] == 3:
+                return 0
+        else:
+            return 0
+        return max(0, limit)
+
+    def _skip(self, k):
+        """Advance ``k`` cycles of a wait found by :meth:`_skippable`."""
+        c = self.now
+        end = c + k
+        t = self._engine
+        busy = 0
+        if t is not None and not (t.rows == 0 or t.cols == 0):
+            busy = max(0, min(end - 1, t.end) - max(c, t.x + 1) + 1)
+        self._dma_words(end)
+        count = not self.freeze
+        if self.state == _MICRO_EXEC:
+            bits = self.kernels[self.slot][self.micro_pc]
+            op, _ = decode_micro(bits)
+            countdown = op in _COMPUTE_OPS and self.exec_left is not None
+            unit = self.exec_unit if countdown else None
+            if countdown:
+                self.exec_left -= k
+            if count:
+                if unit is not None:
+                    self.counters[unit] += k
+                else:
+                    self.counters["stall_dma"] += k
+            if self.in_kernel and self._call is not None:
+                call = self._call
+                call["cycles"] += k
+                call["dma_busy"] += busy
+                if unit is not None:
+                    call[unit] += k
+            if count and self.in_kernel:
+                self.slot_cycles[self.slot] += k
+        if count:
+            self.counters["cycles"] += k
+            self.counters["active_cycles"] += k * self.running
+            self.counters["dma_busy"] += busy
+            self.counters["rollback_cycles"] += k * self.rolling_back
+        if self.running:
+            self.watchdog += k
+        self.now = end
+
+    # -- compute micro-instructions ------------------------------------------------------
+    def _spad_words(self, offsets):
+        """Absolute scratchpad words of partition offsets (int64 array) and a mask of
+        the ones outside the partition."""
+        cfg = self.config
+        offsets = np.asarray(offsets, dtype=np.int64)
+        part = self.part
+        if part >= cfg.partitions:
+            return offsets, np.ones(offsets.shape, dtype=bool)
+        base, length = self.part_base[part], self.part_len[part]
+        words = base + offsets
+        bad = (offsets >= 1 << 16) | (offsets >= length) | (words >= cfg.spad_words)
+        return words, bad
+
+    def _first_fault(self, *accesses):
+        """Accesses are (offsets, per-step) arrays of equal length, checked step by
+        step in the order given. Returns (steps that complete, _Fault or None) and the
+        absolute words of each access."""
+        words, bads = [], []
+        for offsets in accesses:
+            w, bad = self._spad_words(offsets)
+            words.append(w)
+            bads.append(bad)
+        steps = len(accesses[0]) if accesses else 0
+        any_bad = np.zeros(steps, dtype=bool)
+        for bad in bads:
+            any_bad |= bad.reshape(steps, -1).any(axis=1)
+        if not any_bad.any():
+            return steps, None, words
+        s = int(np.argmax(any_bad))
+        for offsets, bad in zip(accesses, bads):
+            row_bad = bad.reshape(steps, -1)[s]
+            if row_bad.any():
+                off = int(np.asarray(offsets).reshape(steps, -1)[s][int(np.argmax(row_bad))])
+                return s, _Fault(FaultCause.PARTITION, off, self.part), words
+        raise AssertionError("unreachable")
+
+    def _read_lanes(self, words):
+        """int8 lanes of absolute scratchpad words: shape words.shape + (word_bytes,)."""
+        wb = self.wb
+        words = np.asarray(words, dtype=np.int64)
+        idx = words[..., None] * wb + np.arange(wb)
+        return self.spad[idx].view(np.int8)
+
+    def _write_lanes(self, words, lanes):
+        wb = self.wb
+        for w, row in zip(np.asarray(words, dtype=np.int64).ravel(),
+                          np.asarray(lanes, dtype=np.int8).reshape(-1, wb)):
+            self.spad[w * wb:(w + 1) * wb] = row.view(np.uint8)
+
+    def _vregs(self):
+        v = self.vcfg
+        return dict(mult_a=v[VectorCfg.MULT_A], mult_b=v[VectorCfg.MULT_B],
+                    shift=v[VectorCfg.SHIFT], zp_a=v[VectorCfg.ZP_A], zp_b=v[VectorCfg.ZP_B],
+                    zp_out=v[VectorCfg.ZP_OUT], lo=v[VectorCfg.LO], hi=v[VectorCfg.HI])
+
+    def _saturated(self, sat):
+        if not self.freeze:
+            self.counters["saturations"] += int(np.count_nonzero(sat))
+
+    def _execute(self, op, f, bits):
+        """Execute a compute micro-instruction. Returns (extra cycles, unit counter name
+        or None, flag write (flag, value) or None); raises _Fault."""
+        cfg = self.config
+        R, C, wb = cfg.rows, cfg.cols, self.wb
+        illegal = _Fault(FaultCause.ILLEGAL_MICRO, bits)
+
+        if op == MicroOp.MATMUL:
+            k = f["k"]
+            if k == 0:
+                return 0, None, None
+            t = np.arange(k, dtype=np.int64)
+            steps, fault, (wa, wbw) = self._first_fault(f["a_addr"] + t * f["a_stride"],
+                                                        f["b_addr"] + t * f["b_stride"])
+            if steps:
+                a = self._read_lanes(wa[:steps])[:, :R].astype(np.int64)
+                b = self._read_lanes(wbw[:steps])[:, :C].astype(np.int64)
+                total = np.einsum("ti,tj->ij", a, b)
+                if f["accumulate"]:
+                    total = total + self.acc.astype(np.int64)
+                self.acc = ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
+                if not self.freeze:
+                    self.counters["macs"] += steps * R * C
+            if fault is not None:
+                raise fault
+            return k + 3, "mac_busy", None
+
+        if op == MicroOp.ACC_BIAS:
+            n = -(-4 * R // wb)
+            steps, fault, (words,) = self._first_fault(f["addr"] + np.arange(n))
+            if fault is not None:
+                raise fault
+            raw = self._read_lanes(words).view(np.uint8).tobytes()
+            bias = np.frombuffer(raw[:4 * R], dtype="<i4").astype(np.int32)
+            self.acc = np.repeat(bias[:, None], C, axis=1).astype(np.int32)
+            return n + 1, "mac_busy", None
+
+        if op == MicroOp.REQUANT:
+            v = self._vregs()
+            extra = R + 6
+            if f["per_channel"]:
+                n = -(-8 * R // wb)
+                steps, fault, (words,) = self._first_fault(f["param_addr"] + np.arange(n))
+                if fault is not None:
+                    raise fault
+                raw = np.frombuffer(self._read_lanes(words).view(np.uint8).tobytes()[:8 * R],
+                                    dtype=np.uint8).reshape(R, 8)
+                mult = raw[:, :4].copy().view("<u4").astype(np.int64).reshape(R, 1)
+                shift = (raw[:, 4].astype(np.int64) & 31).reshape(R, 1)
+                extra += n
+            else:
+                mult, shift = v["mult_a"], v["shift"]
+            rows = f["out_addr"] + np.arange(R, dtype=np.int64) * f["out_stride"]
+            steps, fault, (words,) = self._first_fault(rows)
+            out, sat = arith.requantize(self.acc, mult, shift, v["zp_out"], v["lo"], v["hi"])
+            lanes = np.zeros((R, wb), dtype=np.int8)
+            lanes[:, :C] = out
+            self._write_lanes(words[:steps], lanes[:steps])
+            self._saturated(sat[:steps])
+            if fault is not None:
+                raise fault
+            return extra, "vec_busy", None
+
+        if op == MicroOp.VADD:
+            n = f["n"]
+            if n == 0:
+                return 0, None, None
+            w = np.arange(n, dtype=np.int64)
+            steps, fault, (wa, wbw, wo) = self._first_fault(
+                f["a_addr"] + w, f["b_addr"] + w, f["out_addr"] + w)
+            if steps:
+                out, sat = arith.vadd(self._read_lanes(wa[:steps]), self._read_lanes(wbw[:steps]),
+                                      **self._vregs())
+                self._write_lanes(wo[:steps], out)
+                self._saturated(sat)
+            if fault is not None:
+                raise fault
+            return n + 8, "vec_busy", None
+
+        if op == MicroOp.VPOOL:
+            window, n = f["window"], f["n"]
+            if window == 0:
+                raise illegal
+            if n == 0:
+                return 0, None, None
+            o = np.arange(n, dtype=np.int64)[:, None]
+            ins = f["in_addr"] + o * f["in_step"] + np.arange(window, dtype=np.int64) * \
+                f["in_stride"]
+            steps, fault, (wi, wo) = self._first_fault(ins, f["out_addr"] + o[:, 0])
+            v = self._vregs()
+            if steps:
+                lanes = self._read_lanes(wi[:steps])
+                outs = np.zeros((steps, wb), dtype=np.int8)
+                sats = np.zeros((steps, wb), dtype=bool)
+                for i in range(steps):
+                    outs[i], sats[i] = arith.vpool(
+                        lanes[i], average=bool(f["average"]), pairs=bool(f["pairs"]),
+                        mult=v["mult_a"], shift=v["shift"], zp_in=v["zp_a"],
+                        zp_out=v["zp_out"], lo=v["lo"], hi=v["hi"])
+                self._write_lanes(wo[:steps], outs)
+                self._saturated(sats)
+            if fault is not None:
+                raise fault
+            return n * window + 8, "vec_busy", None
+
+        if op == MicroOp.VCLAMP:
+            n = f["n"]
+            if n == 0:
+                return 0, None, None
+            w = np.arange(n, dtype=np.int64)
+            steps, fault, (wi, wo) = self._first_fault(f["in_addr"] + w, f["out_addr"] + w)
+            if steps:
+                out = arith.vclamp(self._read_lanes(wi[:steps]), _int8(f["lo"]), _int8(f["hi"]))
+                self._write_lanes(wo[:steps], out)
+            if fault is not None:
+                raise fault
+            return n + 8, "vec_busy", None
+
+        if op == MicroOp.VCMP:
+            lane = f["lane"]
+            first = 0 if f["reduce"] else lane // wb
+            nwords = lane // wb - first + 1
+            steps, fault, (words,) = self._first_fault(f["addr"] + first + np.arange(nwords))
+            if fault is not None:
+                raise fault
+            lanes = self._read_lanes(words).reshape(-1)
+            if f["reduce"]:
+                value = int(lanes[:lane + 1].max())
+            else:
+                value = int(lanes[lane % wb])
+            flag = int(arith.vcmp(value, CmpOp(f["op"]), _int8(f["imm"])))
+            self.flags[f["flag"]] = flag
+            return nwords + 8, "vec_busy", (f["flag"], flag)
+
+        if op == MicroOp.VARGMAX:
+            n = f["n"]
+            if n == 0:
+                raise illegal
+            nwords = -(-n // wb)
+            steps, fault, (words,) = self._first_fault(f["addr"] + np.arange(nwords))
+            if fault is not None:
+                raise fault
+            lanes = self._read_lanes(words).reshape(-1)[:n]
+            self.index[f["index"]] = arith.vargmax(lanes) & 0xFFFF
+            return nwords + 8, "vec_busy", None
+
+        if op == MicroOp.VCFG:
+            try:
+                reg = VectorCfg(f["reg"])
+            except ValueError:
+                raise illegal from None
+            value = f["value"] & ((1 << _VCFG_BITS[reg]) - 1)
+            if reg in _VCFG_SIGNED:
+                value = _int8(value)
+            self.vcfg[reg] = value
+            return 0, None, None
+
+        raise illegal
+
+
+class _Events:
+    """What happened in one cycle, for the counters."""
+    __slots__ = ("plan_retired", "micro_retired", "stall_dma", "call_done", "inference",
+                 "swap", "fault", "branch", "spec_hit", "spec_miss", "spec_fault", "rollback")
+
+    def __init__(self):
+        self.plan_retired = self.micro_retired = self.stall_dma = self.call_done = 0
+        self.inference = self.swap = self.fault = 0
+        self.branch = None
+        self.spec_hit = self.spec_miss = self.spec_fault = self.rollback = 0
+
+    def suppressed(self):
+        """The events that survive a fault or a miss in the same cycle."""
+        ev = _Events()
+        ev.stall_dma = self.stall_dma
+        ev.inference = self.inference
+        ev.branch = self.branch
+        return ev
+
+
+def _as_int(instr):
+    if hasattr(instr, "as_bits"):
+        instr = instr.as_bits()
+    if not isinstance(instr, int) or isinstance(instr, bool):
+        raise TypeError(f"Instruction must be an integer or a data.Const, not {instr!r}")
+    return instr

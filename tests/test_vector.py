@@ -1,0 +1,463 @@
+# amaranth: UnusedElaboratable=no
+
+"""The vector unit's datapaths against the reference arithmetic (kernels/arith.py).
+
+Every test streams its words back to back (with occasional bubbles) and checks each
+result in the exact cycle the documented latency puts it in.
+"""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.back import verilog
+from amaranth.sim import Simulator
+
+from fusetile.hdl.vector import (
+    Requantizer, VectorAlu, VectorOp, VectorRegs, requant_input_layout,
+    vector_input_layout,
+)
+from fusetile.kernels import arith
+from fusetile.kernels.config import TileConfig
+from fusetile.kernels.isa import CmpOp
+
+
+MULT_EDGES = [0, 1, 2**30, 2**31 - 1]
+INT8_EDGES = [-128, -127, -1, 0, 1, 126, 127]
+ACC_EDGES = [-2**31, -2**31 + 1, -1, 0, 1, 2**31 - 1]
+
+
+def run(dut, bench, vcd=None):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    if vcd:
+        with sim.write_vcd(vcd):
+            sim.run()
+    else:
+        sim.run()
+
+
+async def stream(ctx, dut, items, collect, *, regs=None):
+    """Present ``items`` (payload dicts, or None for a bubble) one per cycle, then wait
+    out the pipeline; returns ``[(cycle, payload)]`` of every valid output.
+    ``regs[k]`` is presented on ``dut.regs`` with item ``k``."""
+    outputs = []
+    for cycle in range(len(items) + dut.LATENCY + 2):
+        item = items[cycle] if cycle < len(items) else None
+        ctx.set(dut.i.valid, item is not None)
+        if item is not None:
+            ctx.set(dut.i.payload, item)
+        if regs is not None and item is not None:
+            ctx.set(dut.regs, regs[cycle])
+        assert ctx.get(dut.i.ready) == 1
+        if ctx.get(dut.o.valid):
+            outputs.append((cycle, collect(ctx.get(dut.o.payload))))
+        await ctx.tick()
+    return outputs
+
+
+def with_bubbles(rng, items, rate=0.15):
+    """Interleave bubbles (None) into ``items``; returns (stream, index of each item)."""
+    out, where = [], []
+    for item in items:
+        while rng.random() < rate:
+            out.append(None)
+        where.append(len(out))
+        out.append(item)
+    return out, where
+
+
+# --- Requantizer --------------------------------------------------------------------
+
+def test_requantizer_args_checked():
+    with pytest.raises(TypeError, match=r"lanes must be an integer, not 'x'"):
+        Requantizer("x")
+    with pytest.raises(ValueError, match=r"lanes must be at least 1, not 0"):
+        Requantizer(0)
+    with pytest.raises(TypeError, match=r"config must be a TileConfig, not 8"):
+        VectorAlu(8)
+
+
+def random_row(rng, lanes):
+    """An ACC row and parameters, extremes and rounding ties included."""
+    kind = rng.random()
+    mult = rng.choice(MULT_EDGES) if rng.random() < 0.4 else rng.randrange(2**31)
+    shift = rng.choice([0, 31]) if rng.random() < 0.3 else rng.randrange(32)
+    if kind < 0.25:
+        acc = [rng.choice(ACC_EDGES) for _ in range(lanes)]
+    elif kind < 0.5:
+        # acc * 2**30 / 2**(31 + shift) = acc / 2**(shift + 1): odd multiples of
+        # 2**shift are exact ties, to be rounded to even.
+        mult = 2**30
+        m = 2**max(0, 30 - shift)
+        acc = [(2 * rng.randrange(-m, m) + 1) * 2**shift for _ in range(lanes)]
+        acc = [max(-2**31, min(2**31 - 1, a)) for a in acc]
+    elif kind < 0.6:
+        acc = [rng.randrange(-2**12, 2**12) for _ in range(lanes)]
+        shift = 0
+    else:
+        acc = [rng.randrange(-2**31, 2**31) for _ in range(lanes)]
+    zp = rng.choice(INT8_EDGES) if rng.random() < 0.5 else rng.randrange(-128, 128)
+    lo, hi = sorted(rng.randrange(-128, 128) for _ in range(2))
+    if rng.random() < 0.4:
+        lo, hi = -128, 127
+    elif rng.random() < 0.1:
+        lo, hi = hi, lo                 # lo > hi: np.clip gives hi
+    return {"acc": acc, "mult": mult, "shift": shift, "zp": zp, "lo": lo, "hi": hi}
+
+
+def requant_reference(row):
+    values, sat = arith.requantize(np.array(row["acc"], dtype=np.int32), row["mult"],
+                                   row["shift"], row["zp"], row["lo"], row["hi"])
+    return [int(v) for v in values], sum(int(s) << j for j, s in enumerate(sat))
+
+
+def collect_requant(lanes):
+    return lambda p: ([p.value[j] for j in range(lanes)], p.saturated)
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_requantizer_random_back_to_back(lanes):
+    dut = Requantizer(lanes)
+    rng = random.Random(lanes)
+    rows = [random_row(rng, lanes) for _ in range(600)]
+    items, where = with_bubbles(rng, rows)
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, items, collect_requant(lanes))
+        assert [c for c, _ in outputs] == [w + Requantizer.LATENCY for w in where]
+        for row, (_, got) in zip(rows, outputs):
+            assert got == requant_reference(row), row
+
+    run(dut, bench)
+
+
+def test_requantizer_extremes_exhaustive():
+    """Every combination of extreme accumulator, multiplier, shift and zero point."""
+    lanes = len(ACC_EDGES)
+    dut = Requantizer(lanes)
+    rows = [{"acc": ACC_EDGES, "mult": mult, "shift": shift, "zp": zp, "lo": lo, "hi": hi}
+            for mult in MULT_EDGES for shift in (0, 1, 30, 31) for zp in (-128, 0, 127)
+            for lo, hi in ((-128, 127), (0, 127), (-5, 5))]
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, rows, collect_requant(lanes))
+        assert len(outputs) == len(rows)
+        for row, (_, got) in zip(rows, outputs):
+            assert got == requant_reference(row), row
+
+    run(dut, bench)
+
+
+def test_requantizer_full_32bit_multiplier():
+    """Beyond the ISA's range (mult >= 2**31) the datapath is still exact."""
+    lanes = 4
+    dut = Requantizer(lanes)
+    rng = random.Random(7)
+    rows = [{**random_row(rng, lanes), "mult": rng.choice([2**31, 2**32 - 1,
+                                                            rng.randrange(2**31, 2**32)])}
+            for _ in range(40)]
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, rows, collect_requant(lanes))
+        for row, (_, got) in zip(rows, outputs):
+            assert got == requant_reference(row), row
+
+    run(dut, bench)
+
+
+def test_requantizer_saturation_flags():
+    lanes = 4
+    dut = Requantizer(lanes)
+    # mult 2**31 - 1 ~ 1.0: acc passes through (rounded) and is clamped to [-3, 3].
+    row = {"acc": [100, -100, 2, -3], "mult": 2**31 - 1, "shift": 0, "zp": 0,
+           "lo": -3, "hi": 3}
+
+    async def bench(ctx):
+        [(_, got)] = await stream(ctx, dut, [row], collect_requant(lanes))
+        assert got == ([3, -3, 2, -3], 0b0011)
+        assert got == requant_reference(row)
+
+    run(dut, bench)
+
+
+# --- VectorAlu ----------------------------------------------------------------------
+
+def random_regs(rng):
+    def int8():
+        return rng.choice(INT8_EDGES) if rng.random() < 0.4 else rng.randrange(-128, 128)
+
+    def mult():
+        return rng.choice(MULT_EDGES) if rng.random() < 0.4 else rng.randrange(2**31)
+
+    lo, hi = sorted((int8(), int8()))
+    if rng.random() < 0.3:
+        lo, hi = -128, 127
+    return {"mult_a": mult(), "mult_b": mult(),
+            "shift": rng.choice([0, 31]) if rng.random() < 0.3 else rng.randrange(32),
+            "zp_a": int8(), "zp_b": int8(), "zp_out": int8(), "lo": lo, "hi": hi}
+
+
+def random_word(rng, lanes, values=None):
+    if values is not None:
+        return [rng.choice(values) for _ in range(lanes)]
+    if rng.random() < 0.2:
+        return [rng.choice(INT8_EDGES) for _ in range(lanes)]
+    return [rng.randrange(-128, 128) for _ in range(lanes)]
+
+
+def item(lanes, op, a=None, **fields):
+    return {"op": op, "a": a if a is not None else [0] * lanes, **fields}
+
+
+def expected(lanes, op, word=None, sat=None, flag=0, index=0):
+    """A result as the collector returns it."""
+    word = [0] * lanes if word is None else [int(v) for v in word]
+    sat_bits = 0 if sat is None else sum(int(s) << j for j, s in enumerate(sat))
+    return (op, word, sat_bits, bin(sat_bits).count("1"), flag, index)
+
+
+def collect_alu(lanes):
+    return lambda p: (p.op, [p.word[j] for j in range(lanes)], p.saturated,
+                      p.sat_count, p.flag, p.index)
+
+
+def op_vadd(rng, lanes, regs):
+    if rng.random() < 0.3:
+        # (a - zp_a) * 2**30 / 2**31: odd differences are ties.
+        regs = {**regs, "mult_a": 2**30, "mult_b": 0, "shift": 0}
+    a, b = random_word(rng, lanes), random_word(rng, lanes)
+    out, sat = arith.vadd(a, b, mult_a=regs["mult_a"], mult_b=regs["mult_b"],
+                          shift=regs["shift"], zp_a=regs["zp_a"], zp_b=regs["zp_b"],
+                          zp_out=regs["zp_out"], lo=regs["lo"], hi=regs["hi"])
+    return [item(lanes, VectorOp.VADD, a, b=b)], expected(lanes, VectorOp.VADD, out, sat), regs
+
+
+def op_vpool(rng, lanes, regs):
+    window = rng.randrange(1, 16)
+    average, pairs = rng.random() < 0.6, rng.random() < 0.5
+    if average and rng.random() < 0.3:
+        regs = {**regs, "mult_a": 2**30, "shift": rng.choice([0, 1])}
+    words = [random_word(rng, lanes) for _ in range(window)]
+    out, sat = arith.vpool(np.array(words), average=average, pairs=pairs,
+                           mult=regs["mult_a"], shift=regs["shift"], zp_in=regs["zp_a"],
+                           zp_out=regs["zp_out"], lo=regs["lo"], hi=regs["hi"])
+    items = [item(lanes, VectorOp.VPOOL, w, first=t == 0, last=t == window - 1,
+                  average=average, pairs=pairs) for t, w in enumerate(words)]
+    return items, expected(lanes, VectorOp.VPOOL, out, sat), regs
+
+
+def op_vclamp(rng, lanes, regs):
+    a = random_word(rng, lanes)
+    lo, hi = rng.randrange(-128, 128), rng.randrange(-128, 128)
+    if rng.random() < 0.7:
+        lo, hi = min(lo, hi), max(lo, hi)
+    out = arith.vclamp(a, lo, hi)
+    return ([item(lanes, VectorOp.VCLAMP, a, lo=lo, hi=hi)],
+            expected(lanes, VectorOp.VCLAMP, out), regs)
+
+
+def op_vcmp(rng, lanes, regs):
+    lane = rng.randrange(0, 4 * lanes)
+    reduce = rng.random() < 0.6
+    words = [random_word(rng, lanes) for _ in range(lane // lanes + 1)]
+    flat = [v for w in words for v in w]
+    value = max(flat[:lane + 1]) if reduce else flat[lane]
+    cmp = rng.choice(list(CmpOp))
+    imm = rng.choice([value, value - 1, value + 1, -128, 127, rng.randrange(-128, 128)])
+    imm = max(-128, min(127, imm))
+    flag = arith.vcmp(value, cmp, imm)
+    if not reduce:
+        words = words[-1:]
+    items = [item(lanes, VectorOp.VCMP, w, first=t == 0, last=t == len(words) - 1,
+                  reduce=reduce, lane=lane % lanes, cmp=cmp, imm=imm)
+             for t, w in enumerate(words)]
+    return items, expected(lanes, VectorOp.VCMP, flag=int(flag)), regs
+
+
+def op_vargmax(rng, lanes, regs):
+    n = rng.randrange(1, 4 * lanes + 1)
+    # Few distinct values: ties are the rule; the lowest index must win.
+    values = rng.choice([None, [-128, 127], [-128], [3, 5, -7], [127]])
+    words = [random_word(rng, lanes, values) for _ in range((n - 1) // lanes + 1)]
+    flat = [v for w in words for v in w]
+    index = arith.vargmax(flat[:n])
+    items = [item(lanes, VectorOp.VARGMAX, w, first=t == 0, last=t == len(words) - 1,
+                  lane=(n - 1) % lanes) for t, w in enumerate(words)]
+    return items, expected(lanes, VectorOp.VARGMAX, index=index), regs
+
+
+OPS = {"vadd": op_vadd, "vpool": op_vpool, "vclamp": op_vclamp, "vcmp": op_vcmp,
+       "vargmax": op_vargmax}
+
+
+def check_program(config, ops, seed, count, bubble_rate=0.1):
+    """Run ``count`` random operations drawn from ``ops`` back to back, the vector
+    registers changing between operations; check every result and its cycle."""
+    lanes = config.word_bytes
+    dut = VectorAlu(config)
+    rng = random.Random(seed)
+    items, regs, results = [], [], []
+    last_index = []
+    for _ in range(count):
+        op_items, result, op_regs = rng.choice(ops)(rng, lanes, random_regs(rng))
+        for it in op_items:
+            while rng.random() < bubble_rate:
+                items.append(None)
+                regs.append(None)
+            items.append(it)
+            regs.append(op_regs)
+        last_index.append(len(items) - 1)
+        results.append(result)
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
+        assert [c for c, _ in outputs] == [i + VectorAlu.LATENCY for i in last_index]
+        for want, (_, got) in zip(results, outputs):
+            assert got == want
+
+    run(dut, bench)
+
+
+@pytest.mark.parametrize("word_bytes", [8, 16])
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_alu_op_random(op, word_bytes):
+    count = {"vpool": 150, "vcmp": 200, "vargmax": 200}.get(op, 500)
+    check_program(TileConfig(word_bytes=word_bytes), [OPS[op]], seed=sorted(OPS).index(op),
+                  count=count // (word_bytes // 8))
+
+
+@pytest.mark.parametrize("word_bytes", [8, 16])
+def test_alu_mixed_back_to_back(word_bytes):
+    """All operations one after another with no gap: one word per cycle."""
+    check_program(TileConfig(word_bytes=word_bytes), list(OPS.values()), seed=word_bytes,
+                  count=300, bubble_rate=0)
+
+
+def test_alu_vadd_extremes():
+    """Zero points at the int8 edges, multiplier 0 and 2**31 - 1, shift 0 and 31."""
+    config = TileConfig(word_bytes=8)
+    lanes = config.word_bytes
+    dut = VectorAlu(config)
+    words = [[-128, 127, 0, -1, 1, -128, 127, 64], [127, -128, 0, 1, -1, -128, 127, -64]]
+    items, regs, results = [], [], []
+    for mult_a in (0, 2**31 - 1):
+        for mult_b in (0, 2**31 - 1):
+            for shift in (0, 31):
+                for zp_a, zp_b in ((-128, 127), (127, -128), (0, 0)):
+                    for zp_out, lo, hi in ((0, -128, 127), (-128, -128, 127),
+                                           (127, -128, 127), (0, -10, 10)):
+                        r = {"mult_a": mult_a, "mult_b": mult_b, "shift": shift,
+                             "zp_a": zp_a, "zp_b": zp_b, "zp_out": zp_out, "lo": lo,
+                             "hi": hi}
+                        a, b = words if (shift + zp_out) % 2 else words[::-1]
+                        out, sat = arith.vadd(a, b, **r)
+                        items.append(item(lanes, VectorOp.VADD, a, b=b))
+                        regs.append(r)
+                        results.append(expected(lanes, VectorOp.VADD, out, sat))
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
+        assert [got for _, got in outputs] == results
+        # The extremes do saturate: the counter sees it.
+        assert sum(got[3] for _, got in outputs) > 0
+
+    run(dut, bench)
+
+
+def test_alu_saturation_count():
+    config = TileConfig(word_bytes=8)
+    dut = VectorAlu(config)
+    # VADD at ~1.0 scale: a + b clamped to [-128, 127] -> lanes 0, 1, 2 saturate.
+    r = {"mult_a": 2**31 - 1, "mult_b": 2**31 - 1, "shift": 0, "zp_a": 0, "zp_b": 0,
+         "zp_out": 0, "lo": -128, "hi": 127}
+    a = [100, -100, 127, 5, 0, 0, 0, 0]
+    b = [100, -100, 127, 5, 0, 0, 0, 0]
+
+    async def bench(ctx):
+        [(_, got)] = await stream(ctx, dut, [item(8, VectorOp.VADD, a, b=b)],
+                                  collect_alu(8), regs=[r])
+        assert got == (VectorOp.VADD, [127, -128, 127, 10, 0, 0, 0, 0], 0b111, 3, 0, 0)
+
+    run(dut, bench)
+
+
+def test_alu_reduction_with_interleaved_words():
+    """VADD / VCLAMP words may come between the words of a reduction, and bubbles."""
+    config = TileConfig(word_bytes=8)
+    lanes = config.word_bytes
+    dut = VectorAlu(config)
+    rng = random.Random(3)
+    r = random_regs(rng)
+    items, last_index, results = [], [], []
+    for _ in range(60):
+        red_items, red_result, _ = rng.choice([op_vpool, op_vcmp, op_vargmax])(rng, lanes, r)
+        for it in red_items:
+            while rng.random() < 0.5:
+                if rng.random() < 0.5:
+                    extra = rng.choice([op_vadd, op_vclamp])
+                    [extra_item], extra_result, _ = extra(rng, lanes, r)
+                    items.append(extra_item)
+                    last_index.append(len(items) - 1)
+                    # op_vadd may pick its own registers (for ties): recompute with r.
+                    results.append(vadd_result(lanes, extra_item, r)
+                                   if extra is op_vadd else extra_result)
+                else:
+                    items.append(None)
+            items.append(it)
+        last_index.append(len(items) - 1)
+        results.append(red_result)
+
+    async def bench(ctx):
+        regs = [r] * len(items)
+        outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
+        assert [c for c, _ in outputs] == [i + VectorAlu.LATENCY for i in last_index]
+        assert [got for _, got in outputs] == results
+
+    run(dut, bench)
+
+
+def vadd_result(lanes, it, r):
+    out, sat = arith.vadd(it["a"], it["b"], **r)
+    return expected(lanes, VectorOp.VADD, out, sat)
+
+
+def test_alu_busy():
+    config = TileConfig(word_bytes=8)
+    dut = VectorAlu(config)
+
+    async def bench(ctx):
+        assert ctx.get(dut.busy) == 0
+        ctx.set(dut.i.payload, item(8, VectorOp.VPOOL, [1] * 8, first=1, last=0))
+        ctx.set(dut.i.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.i.payload, item(8, VectorOp.VPOOL, [2] * 8, first=0, last=1))
+        await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        busy = []
+        for _ in range(VectorAlu.LATENCY + 1):
+            busy.append((ctx.get(dut.busy), ctx.get(dut.o.valid)))
+            await ctx.tick()
+        # The result of the word presented in cycle 1 is out in cycle 1 + LATENCY;
+        # busy covers every cycle before it.
+        assert busy == [(1, 0)] * (VectorAlu.LATENCY - 1) + [(0, 1), (0, 0)]
+
+    run(dut, bench)
+
+
+def test_layouts():
+    assert requant_input_layout(8).size == 8 * 32 + 32 + 5 + 24
+    assert VectorRegs.as_shape().size == 32 + 32 + 5 + 5 * 8
+    assert vector_input_layout(16).size == 3 + 2 * 128 + 5 + 4 + 2 + 3 * 8
+    dut = VectorAlu(TileConfig(word_bytes=16))
+    assert len(dut.i.payload.a.as_value()) == 128
+    assert len(dut.i.payload.lane) == 4
+
+
+@pytest.mark.parametrize("word_bytes", [4, 8, 16])
+def test_verilog_converts(word_bytes):
+    text = verilog.convert(VectorAlu(TileConfig(word_bytes=word_bytes)), name="vector_alu")
+    assert "module vector_alu" in text
+    text = verilog.convert(Requantizer(word_bytes), name="requantizer")
+    assert "module requantizer" in text
