@@ -30,6 +30,7 @@ class ControlEvents(data.Struct):
     plan_retired:  1
     micro_retired: 1
     stall_dma:     1   #: the kernel sequencer waits for the DMA engine
+    stall_compute: 1   #: the kernel sequencer waits for the compute unit
     call_done:     1   #: a kernel call returned
     inference:     1   #: a plan reached DONE
     swap:          1   #: the active plan bank changed
@@ -90,6 +91,8 @@ class ControlUnit(wiring.Component):
         To the DMA queue.
     dma_outstanding : In(DMA_TOKENS)
         Tokens with a queued or running DMA.
+    compute_busy : In(1)
+        The compute unit is executing (WAIT with ``compute`` and RET wait for it).
     dma_busy, dma_fault : In(1)
     dma_fault_cause : In(FaultCause)
     dma_fault_addr : In(32)
@@ -148,6 +151,7 @@ class ControlUnit(wiring.Component):
             "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_data": In(128),
             "dma_push": Out(stream.Signature(QueuedDmaCommand)),
             "dma_outstanding": In(4),
+            "compute_busy": In(1),
             "dma_busy": In(1), "dma_fault": In(1), "dma_fault_cause": In(FaultCause),
             "dma_fault_addr": In(32), "dma_fault_part": In(4), "dma_abort": Out(1),
             "dma_word_in": In(1), "dma_word_out": In(1),
@@ -434,13 +438,19 @@ class ControlUnit(wiring.Component):
                                 m.d.comb += self.events.stall_dma.eq(1)
                     with m.Case(MicroOp.WAIT):
                         tokens = micro.args.wait.tokens
-                        with m.If((self.dma_outstanding &
-                                   Mux(tokens == 0, 0b1111, tokens)) != 0):
+                        on_compute = micro.args.wait.compute
+                        # Plain WAIT (no tokens, no compute) waits for every DMA.
+                        mask = Mux((tokens == 0) & ~on_compute, 0b1111, tokens)
+                        with m.If(on_compute & self.compute_busy):
+                            m.d.comb += self.events.stall_compute.eq(1)
+                        with m.Elif((self.dma_outstanding & mask) != 0):
                             m.d.comb += self.events.stall_dma.eq(1)
                         with m.Else():
                             micro_next()
                     with m.Case(MicroOp.RET):
-                        with m.If(self.dma_outstanding != 0):
+                        with m.If(self.compute_busy):
+                            m.d.comb += self.events.stall_compute.eq(1)
+                        with m.Elif(self.dma_outstanding != 0):
                             m.d.comb += self.events.stall_dma.eq(1)
                         with m.Else():
                             m.d.sync += self.in_kernel.eq(0)

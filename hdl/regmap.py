@@ -62,6 +62,7 @@ COUNTERS = (
     ("mac_busy",       "Cycles the MAC array was busy."),
     ("vec_busy",       "Cycles the vector unit was busy."),
     ("stall_dma",      "Cycles the kernel sequencer waited for the DMA engine."),
+    ("stall_compute",  "Cycles the kernel sequencer waited for the compute unit."),
     ("dma_bytes_in",   "Bytes moved GMEM -> scratchpad."),
     ("dma_bytes_out",  "Bytes moved scratchpad -> GMEM."),
     ("plan_retired",   "Plan instructions retired."),

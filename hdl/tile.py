@@ -225,6 +225,7 @@ class Tile(wiring.Component):
             "mac_busy":       Const(0),
             "vec_busy":       Const(0),
             "stall_dma":      ev.stall_dma,
+            "stall_compute":  ev.stall_compute,
             "dma_bytes_in":   dma.word_in * cfg.word_bytes,
             "dma_bytes_out":  dma.word_out * cfg.word_bytes,
             "plan_retired":   ev.plan_retired,

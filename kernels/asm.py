@@ -506,8 +506,9 @@ MICRO_SYNTAX = [
     _dma(MicroOp.DMA_STORE, "dma.store gmem=arg1, spad=32, rows=4, cols=2, gmem_stride=8"),
     InstrSyntax(MicroOp.WAIT, [
         _op("tokens", "tokens", MASK, default=0, positional=True,
-            doc="mask of tokens to wait for; 0 (or left out): every DMA"),
-    ], args="wait", example="wait 0b0010"),
+            doc="mask of tokens to wait for; 0 (or left out) without `compute`: every DMA"),
+        _op("compute", "compute", BOOL, default=0, doc="also wait for the compute unit"),
+    ], args="wait", example="wait 0b0010, compute"),
     InstrSyntax(MicroOp.MATMUL, [
         _op("a", "a_addr", U, doc="word address of the first A word"),
         _op("b", "b_addr", U, doc="word address of the first B word"),

@@ -66,10 +66,11 @@ class PlanInstr(data.Struct):
 class MicroOp(enum.Enum, shape=6):
     """Micro-instruction opcodes. Unlisted values are reserved (illegal)."""
     NOP       = 0   #: do nothing
-    RET       = 1   #: wait for outstanding DMA, then return to the plan
+    RET       = 1   #: wait for outstanding DMA and compute, then return to the plan
     DMA_LOAD  = 2   #: queue a 2-D strided copy GMEM -> scratchpad
     DMA_STORE = 3   #: queue a 2-D strided copy scratchpad -> GMEM
-    WAIT      = 4   #: wait until no DMA tagged with a token in ``tokens`` is outstanding
+    WAIT      = 4   #: wait for the DMAs tagged with ``tokens`` and, with ``compute``,
+                    #: for the compute unit
     MATMUL    = 8   #: ACC (+)= A^T B over k steps, R*C MACs per step
     ACC_BIAS  = 9   #: ACC[i][j] = bias[i] (int32, from the scratchpad)
     REQUANT   = 10  #: ACC -> int8 rows in the scratchpad (requantise + clamp)
@@ -106,8 +107,11 @@ class DmaArgs(data.Struct):
 
 
 class WaitArgs(data.Struct):
-    """Operands of WAIT."""
-    tokens: 4         #: mask of tokens to wait for; 0 waits for every DMA
+    """Operands of WAIT: wait until no DMA tagged with a token in ``tokens`` is queued
+    or running and, with ``compute``, until the compute unit is idle. ``tokens`` 0
+    without ``compute`` (plain ``wait``) waits for every DMA."""
+    tokens:  4        #: mask of tokens to wait for
+    compute: 1        #: also wait for the compute unit (MATMUL, vector ops)
 
 
 class MatmulArgs(data.Struct):

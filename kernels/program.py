@@ -162,11 +162,12 @@ def ret():
     return _micro(MicroOp.RET)
 
 
-def wait(tokens=0):
-    """Wait until no DMA tagged with a token in the mask ``tokens`` is outstanding
-    (0: until the DMA engine is idle)."""
+def wait(tokens=0, *, compute=False):
+    """Wait until no DMA tagged with a token in the mask ``tokens`` is outstanding and,
+    with ``compute``, the compute unit is idle (no arguments: every DMA)."""
     return _micro(MicroOp.WAIT, {"wait": {
-        "tokens": _check_field("tokens", tokens, WaitArgs, "tokens")}})
+        "tokens": _check_field("tokens", tokens, WaitArgs, "tokens"),
+        "compute": int(bool(compute))}})
 
 
 def _dma(op, gmem, spad, rows, cols, gmem_stride, spad_stride, base, token):
