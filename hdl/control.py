@@ -500,6 +500,9 @@ class ControlUnit(wiring.Component):
                 state.eq(_State.PLAN_FETCH),
             ]
             m.d.comb += [
+                take_swap.eq(0),
+                self.events.inference.eq(0),
+                self.events.branch.eq(0),
                 self.events.spec_miss.eq(1),
                 self.events.rollback.eq(1),
                 self.staging_discard.eq(1),
@@ -518,7 +521,9 @@ class ControlUnit(wiring.Component):
         with m.If(stop):
             m.d.sync += [
                 self.running.eq(0), self.faulted.eq(1), self.in_kernel.eq(0),
-                self.speculating.eq(0),
+                self.speculating.eq(0), rolling_back.eq(0),
+                # An instruction retiring in the cycle of the fault has no effect.
+                self.done.eq(self.done),
                 self.fault_cause.eq(fault_cause), self.fault_addr.eq(fault_addr),
                 self.fault_part.eq(fault_part), self.fault_bank.eq(self.exec_bank),
                 self.fault_in_kernel.eq(self.in_kernel), self.fault_slot.eq(self.slot),
@@ -526,6 +531,9 @@ class ControlUnit(wiring.Component):
                 state.eq(_State.FAULT),
             ]
             m.d.comb += [
+                take_swap.eq(0),
+                self.events.inference.eq(0),
+                self.events.branch.eq(0),
                 self.events.fault.eq(1),
                 self.events.spec_miss.eq(0),
                 self.events.spec_fault.eq(0),

@@ -17,7 +17,7 @@ first, answered in the second, as on the RTL) and :meth:`wait_cycles` runs the m
 
 from ..kernels.config import TileConfig
 from ..kernels.model import TileModel
-from ..hdl.registers import Access, Register, Counter, Window
+from ..hdl.registers import Access
 from ..hdl.regmap import (tile_memory_map, hwcfg_values, CSR_BASE, CSR_SPAN, PLAN_BASE,
                           SLOT_BASE, GMEM_BASE, GMEM_SPAN)
 from .transport import Transport, register_transport

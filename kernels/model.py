@@ -33,12 +33,15 @@ DMA fault) match the RTL:
 * COMMIT's publication of staged stores takes 2 cycles per word.
 
 *Estimated* (the compute micro-instructions; the RTL's sequencing of the MAC array and
-the vector unit may differ): a compute micro-instruction executes (all its effects) in
-its first execute cycle and then holds the sequencer, and keeps its unit busy, for
-``extra`` more cycles:
+the vector unit may differ): the compute unit runs beside the sequencer, as the DMA
+engine does. A compute micro-instruction issues when the unit is idle (else the
+sequencer stalls, counted in ``stall_compute``), takes effect at once (all of it, in
+its execute cycle), retires in 2 cycles like any micro-instruction and keeps the unit
+busy for the next ``extra`` cycles; ``WAIT`` with ``compute`` and ``RET`` wait for the
+unit to be idle:
 
 =========  ====================================================  ========
-op         extra cycles                                          unit
+op         busy cycles (``extra``)                               unit
 =========  ====================================================  ========
 MATMUL     ``k + 3`` (array latency 3; 0 if ``k == 0``)           MAC
 ACC_BIAS   words of bias + 1                                     MAC
@@ -59,7 +62,18 @@ Compute micro-instructions stream through their operands in order (for each outp
 its inputs, then the output); the first scratchpad access outside the slot's partition
 faults (PARTITION, address = the offset, partition = the slot's) and every output
 before it is written, none after. Inputs are read before outputs are written, as the
-pipelined vector unit does.
+pipelined vector unit does. VCFG truncates to the register's width (MULT_A/B 32 bits,
+SHIFT 5, the int8 registers 8); a per-channel REQUANT entry's shift is its byte 4
+modulo 32.
+
+Speculation follows :mod:`fusetile.hdl.control`: any fault inside an open region
+other than WATCHDOG and ABORTED (a DMA fault, a nested ASSUME, a DONE, ...) is a
+miss (``spec_faults``), not a stop; a staging overflow is found at the store word
+that does not fit and is a miss in the next cycle; a call abandoned by a miss is
+traced with ``faulted`` set and not counted as a kernel call; a miss switches the
+*executed* bank (STATUS.exec_bank) while the installed bank (``active_bank``) stays,
+and the next START runs the installed bank again. Staged words count in
+``dma_bytes_out`` when the DMA moves them, whether or not they are published.
 """
 
 from collections import deque
@@ -83,7 +97,7 @@ __all__ = ["TileModel", "FaultRecord", "COUNTER_NAMES", "decode_plan", "decode_m
 #: the model-only ``macs`` and ``saturations``.
 COUNTER_NAMES = (
     "cycles", "active_cycles", "dma_busy", "mac_busy", "vec_busy", "stall_dma",
-    "dma_bytes_in", "dma_bytes_out", "plan_retired", "micro_retired", "kernel_calls",
+    "stall_compute", "dma_bytes_in", "dma_bytes_out", "plan_retired", "micro_retired", "kernel_calls",
     "inferences", "swaps", "faults", "refused_writes", "spec_hits", "spec_misses",
     "spec_faults", "rollback_cycles", "macs", "saturations",
 )
@@ -311,8 +325,8 @@ class TileModel:
         self.watchdog = 0
         self.arg_a = self.arg_b = 0
         self.part = 0
-        self.exec_left = None        # cycles a compute micro-instruction still holds
-        self.exec_unit = None
+        self._compute_left = 0       # cycles the compute unit stays busy
+        self._compute_unit = None    # its busy counter: "mac_busy" or "vec_busy"
         self.speculating = 0
         self.guard_flag = self.guard_value = 0
         self.resume_pc = 0
@@ -635,6 +649,8 @@ class TileModel:
         exec_bank = self.exec_bank
         rolling_back = self.rolling_back
         trace_nonempty = bool(self.trace)
+        compute_busy = self._compute_left > 0
+        unit_busy = self._compute_unit if compute_busy else None
 
         ev = _Events()
         tr = {}                 # the sequencer's state changes, unless a fault/miss wins
@@ -645,7 +661,7 @@ class TileModel:
         ret_trace = False
         take_swap = False
         flag_write = None
-        unit_busy = None
+        compute_issue = None
 
         def goto(target):
             nonlocal seq_fault
@@ -659,7 +675,6 @@ class TileModel:
         def micro_next():
             tr["micro_pc"] = self.micro_pc + 1
             tr["state"] = _MICRO_FETCH
-            tr["exec_left"] = None
             ev.micro_retired = 1
 
         if state == _IDLE:
@@ -734,7 +749,7 @@ class TileModel:
                     seq_fault = (FaultCause.SLOT_INVALID, sel, 0)
                 else:
                     tr.update(slot=sel, part=self.slot_part[sel], arg_a=a, arg_b=b,
-                              in_kernel=1, micro_pc=0, exec_left=None, state=_MICRO_FETCH,
+                              in_kernel=1, micro_pc=0, state=_MICRO_FETCH,
                               _call={"pc": pc, "start": ctr["cycles"] & _MASK32, "cycles": 0,
                                      "dma_busy": 0, "mac_busy": 0, "vec_busy": 0,
                                      "in": 0, "out": 0})
@@ -780,13 +795,18 @@ class TileModel:
                     else:
                         ev.stall_dma = 1
             elif op == MicroOp.WAIT:
-                mask = f["tokens"] or (1 << DMA_TOKENS) - 1
-                if outstanding & mask:
+                on_compute = f.get("compute", 0)
+                mask = f["tokens"] or (0 if on_compute else (1 << DMA_TOKENS) - 1)
+                if on_compute and compute_busy:
+                    ev.stall_compute = 1
+                elif outstanding & mask:
                     ev.stall_dma = 1
                 else:
                     micro_next()
             elif op == MicroOp.RET:
-                if outstanding:
+                if compute_busy:
+                    ev.stall_compute = 1
+                elif outstanding:
                     ev.stall_dma = 1
                 else:
                     tr["in_kernel"] = 0
@@ -795,24 +815,17 @@ class TileModel:
                     ret_trace = True
                     goto(self.plan_pc + 1)
             elif op in _COMPUTE_OPS:
-                if self.exec_left is None:
+                if compute_busy and op != MicroOp.VCFG:
+                    ev.stall_compute = 1
+                else:
                     try:
                         extra, unit, flag_write = self._execute(op, f, bits)
                     except _Fault as e:
                         seq_fault = (e.cause, e.addr, e.part)
                     else:
                         if extra:
-                            self.exec_left = extra
-                            self.exec_unit = unit
-                            unit_busy = unit
-                        else:
-                            micro_next()
-                else:
-                    self.exec_left -= 1
-                    if self.exec_left == 0:
+                            compute_issue = (extra, unit)
                         micro_next()
-                    else:
-                        unit_busy = self.exec_unit
             else:
                 seq_fault = (FaultCause.ILLEGAL_MICRO, bits & _MASK32, 0)
 
@@ -855,7 +868,6 @@ class TileModel:
             self.in_kernel = 0
             self.speculating = 0
             self.rolling_back = 0
-            self.exec_left = None
             self.state = _FAULT
             ev = ev.suppressed()
             ev.fault = 1
@@ -866,7 +878,6 @@ class TileModel:
             self.rolling_back = 1
             self.speculating = 0
             self.in_kernel = 0
-            self.exec_left = None
             self.exec_bank ^= 1
             self.plan_pc = self.resume_pc & 0xFFFF
             self.state = _PLAN_FETCH
@@ -909,6 +920,15 @@ class TileModel:
         if running:
             self.watchdog += 1
 
+        # The compute unit: aborted with the kernel on a fault or a miss.
+        if stop or miss:
+            self._compute_left = 0
+        else:
+            if self._compute_left:
+                self._compute_left -= 1
+            if compute_issue is not None:
+                self._compute_left, self._compute_unit = compute_issue
+
         # The staging buffer drains one word per two cycles after a COMMIT hit.
         if self._draining and not publish:
             self._drain_step()
@@ -921,6 +941,7 @@ class TileModel:
             if unit_busy is not None:
                 ctr[unit_busy] += 1
             ctr["stall_dma"] += ev.stall_dma
+            ctr["stall_compute"] += ev.stall_compute
             ctr["plan_retired"] += ev.plan_retired
             ctr["micro_retired"] += ev.micro_retired
             ctr["kernel_calls"] += ev.call_done
@@ -1004,11 +1025,12 @@ class TileModel:
     def _skippable(self, n):
         """How many of the next ``n`` cycles change nothing but counts, countdowns and
         DMA words (0: step one cycle)."""
-        if n < 2 or self._inner or self._draining:
+        if n < 2 or self._inner or self._draining or self._staging_overflow or \
+                self._engine_fault is not None:
             return 0
         c = self.now
         if self.state in (_IDLE, _FAULT):
-            if self.swap_pending or self._engine is not None and \
+            if self.swap_pending or self._compute_left or self._engine is not None and \
                     (self._in_engine or self._out is not None):
                 return 0
             return n
@@ -1028,20 +1050,32 @@ class TileModel:
                 limit = min(limit, first_full - c)
         elif self._out is not None:
             return 0
-        bits = self.kernels[self.slot][self.micro_pc]
-        op, f = decode_micro(bits)
-        if op in _COMPUTE_OPS and self.exec_left is not None:
-            limit = min(limit, self.exec_left - 1)
-        elif op == MicroOp.WAIT or op == MicroOp.RET:
-            mask = (f["tokens"] or 0xF) if op == MicroOp.WAIT else 0xF
-            if not any(self._tokens[i] for i in range(DMA_TOKENS) if mask >> i & 1):
-                return 0
-        elif op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
-            if self._queue_w_rdy() or f["gmem_base"] == 3:
-                return 0
-        else:
+        if self._compute_left:
+            # The stall may change its cause, or end, when the unit goes idle.
+            limit = min(limit, self._compute_left)
+        if self._stall_cause() is None:
             return 0
         return max(0, limit)
+
+    def _stall_cause(self):
+        """The counter the sequencer's current stall counts in, or ``None`` if the
+        micro-instruction in MICRO_EXEC would not stall this cycle."""
+        op, f = decode_micro(self.kernels[self.slot][self.micro_pc])
+        compute_busy = self._compute_left > 0
+        outstanding = any(self._tokens)
+        if op == MicroOp.RET:
+            return "stall_compute" if compute_busy else "stall_dma" if outstanding else None
+        if op == MicroOp.WAIT:
+            if f["compute"] and compute_busy:
+                return "stall_compute"
+            mask = f["tokens"] or (0 if f["compute"] else 0xF)
+            return "stall_dma" if any(self._tokens[i] for i in range(DMA_TOKENS)
+                                      if mask >> i & 1) else None
+        if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
+            return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
+        if op in _COMPUTE_OPS and op != MicroOp.VCFG:
+            return "stall_compute" if compute_busy else None
+        return None
 
     def _skip(self, k):
         """Advance ``k`` cycles of a wait found by :meth:`_skippable`."""
@@ -1053,18 +1087,15 @@ class TileModel:
             busy = max(0, min(end - 1, t.end) - max(c, t.x + 1) + 1)
         self._dma_words(end)
         count = not self.freeze
-        if self.state == _MICRO_EXEC:
-            bits = self.kernels[self.slot][self.micro_pc]
-            op, _ = decode_micro(bits)
-            countdown = op in _COMPUTE_OPS and self.exec_left is not None
-            unit = self.exec_unit if countdown else None
-            if countdown:
-                self.exec_left -= k
+        unit = self._compute_unit if self._compute_left else None
+        stall = self._stall_cause() if self.state == _MICRO_EXEC else None
+        if self._compute_left:
+            self._compute_left -= k
             if count:
-                if unit is not None:
-                    self.counters[unit] += k
-                else:
-                    self.counters["stall_dma"] += k
+                self.counters[unit] += k
+        if self.state == _MICRO_EXEC:
+            if count:
+                self.counters[stall] += k
             if self.in_kernel and self._call is not None:
                 call = self._call
                 call["cycles"] += k
@@ -1304,11 +1335,13 @@ class TileModel:
 
 class _Events:
     """What happened in one cycle, for the counters."""
-    __slots__ = ("plan_retired", "micro_retired", "stall_dma", "call_done", "inference",
+    __slots__ = ("plan_retired", "micro_retired", "stall_dma", "stall_compute", "call_done",
+                 "inference",
                  "swap", "fault", "branch", "spec_hit", "spec_miss", "spec_fault", "rollback")
 
     def __init__(self):
-        self.plan_retired = self.micro_retired = self.stall_dma = self.call_done = 0
+        self.plan_retired = self.micro_retired = self.stall_dma = self.stall_compute = 0
+        self.call_done = 0
         self.inference = self.swap = self.fault = 0
         self.branch = None
         self.spec_hit = self.spec_miss = self.spec_fault = self.rollback = 0
@@ -1317,6 +1350,7 @@ class _Events:
         """The events that survive a fault or a miss in the same cycle."""
         ev = _Events()
         ev.stall_dma = self.stall_dma
+        ev.stall_compute = self.stall_compute
         ev.inference = self.inference
         ev.branch = self.branch
         return ev
