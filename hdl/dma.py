@@ -6,6 +6,12 @@ store); the *write* stage, one cycle later, writes the word it read to the
 destination. Address checks happen where the access is made, so a transfer that
 runs out of its partition or off the end of GMEM stops before it writes anything it
 must not: every word before the faulting one is written, no word after it is.
+
+The scratchpad port may *stall* (a unit of higher priority uses the bank). A stalled
+scratchpad write (load) freezes the whole pipeline for the cycle: GMEM's read port
+holds the word while no new read is issued, so the write is simply presented again.
+A stalled scratchpad read (store) holds only the issue stage; the GMEM write of the
+word read in the cycle before still completes. A stall costs one cycle and no word.
 """
 
 from amaranth.hdl import Module, Signal
@@ -48,9 +54,9 @@ class Dma(wiring.Component):
 
     A command is accepted (``cmd.ready``) only while the engine is idle and not
     faulted. A transfer of ``rows * cols`` words keeps ``busy`` high for
-    ``rows * cols + 1`` cycles, starting the cycle after the command is accepted; a
-    command with ``rows == 0`` or ``cols == 0`` is accepted and completes at once
-    (``busy`` stays low, no access).
+    ``rows * cols + 1`` cycles plus one per stalled scratchpad access, starting the
+    cycle after the command is accepted; a command with ``rows == 0`` or ``cols == 0``
+    is accepted and completes at once (``busy`` stays low, no access).
 
     Faults: for each word, the GMEM address is checked first (``>= gmem_words``:
     GMEM_RANGE, ``fault_addr`` = the GMEM word address), then the scratchpad access
@@ -70,7 +76,7 @@ class Dma(wiring.Component):
     gmem : Out(GmemPortSignature(config))
         To :attr:`GlobalMemory.dma`.
     spad : Out(SpadPortSignature(config))
-        To a scratchpad access port.
+        To a scratchpad access port (:attr:`Scratchpad.dma`); ``stall`` is honoured.
     busy : Out(1)
         A transfer is in progress (accepted, not finished, not faulted).
     word_in : Out(1)
@@ -219,6 +225,7 @@ class Dma(wiring.Component):
         with m.Elif(running & ~store):
             # Load. Write stage first: it holds the earlier word, so its fault wins.
             write_fault = Signal()
+            write_stall = Signal()
             m.d.comb += [
                 self.spad.offset.eq(w_saddr),
                 self.spad.we.eq(1),
@@ -228,12 +235,17 @@ class Dma(wiring.Component):
                 m.d.comb += [
                     self.spad.en.eq(~w_spad_oob),
                     write_fault.eq(w_spad_oob | self.spad.fault),
-                    self.word_in.eq(~write_fault),
+                    write_stall.eq(self.spad.stall),
+                    self.word_in.eq(~write_fault & ~write_stall),
                 ]
             m.d.sync += wvalid.eq(0)
             m.d.comb += self.gmem.raddr.eq(gaddr)
             with m.If(write_fault):
                 stop(FaultCause.PARTITION, w_saddr)
+            with m.Elif(write_stall):
+                # Freeze: with `re` low GMEM keeps presenting the word, and the issue
+                # stage must not fault or advance past a word that is not written yet.
+                m.d.sync += wvalid.eq(1)
             with m.Elif(issuing):
                 with m.If(gmem_oob):
                     stop(FaultCause.GMEM_RANGE, gaddr)
@@ -261,6 +273,8 @@ class Dma(wiring.Component):
                     stop(FaultCause.GMEM_RANGE, gaddr)
                 with m.Elif(spad_oob | self.spad.fault):
                     stop(FaultCause.PARTITION, saddr)
+                with m.Elif(self.spad.stall):
+                    pass    # read again next cycle; the write stage above completes
                 with m.Else():
                     m.d.sync += w_gaddr.eq(gaddr)
                     advance()

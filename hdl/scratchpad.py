@@ -9,9 +9,16 @@ partition; CSRs owned by the tile) turns it into a scratchpad word; an access at
 beyond the partition's length, to a partition that does not exist, or past the end of
 the scratchpad is *not performed* and reported on the port's ``fault`` in the same
 cycle. This is what keeps a kernel from corrupting a neighbour's data.
+
+Units reach the scratchpad through ports of fixed priority. Each bank has one read
+and one write port, so two ports that read (or write) the same bank in the same cycle
+conflict: the port of higher priority is served, the other one is told to *stall* and
+presents its access again.
 """
 
-from amaranth.hdl import Module, Signal, Array
+from types import SimpleNamespace
+
+from amaranth.hdl import Module, Signal, Array, Cat
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -51,6 +58,10 @@ class SpadPortSignature(wiring.Signature):
         Combinational, in the cycle of ``en``: the access is outside its partition
         (``offset >= length``, ``part >= partitions``, or ``base + offset >=
         spad_words``) and was not performed.
+    stall : In(1)
+        Combinational, in the cycle of ``en``: a port of higher priority uses the
+        bank's read (or write) port this cycle; the access was not performed and must
+        be presented again. ``fault`` wins over ``stall``.
 
     Raises
     ------
@@ -69,6 +80,7 @@ class SpadPortSignature(wiring.Signature):
             "wdata":  Out(config.word_bits),
             "rdata":  In(config.word_bits),
             "fault":  In(1),
+            "stall":  In(1),
         })
 
     def __eq__(self, other):
@@ -81,6 +93,21 @@ class SpadPortSignature(wiring.Signature):
 class Scratchpad(wiring.Component):
     """``spad_banks`` banks of ``spad_bank_words`` words, accessed through partitions.
 
+    Several units share the scratchpad through the ports of :attr:`PORTS`. Each bank
+    has one read port and one write port (it maps to one FPGA block RAM), so
+    arbitration is per bank and per direction: a port's read is performed unless a
+    port of higher priority reads the same bank in the same cycle, and a write unless
+    a port of higher priority writes the same bank. A read and a write of the same bank
+    by different ports are both performed; if they are of the same word, the read
+    returns the word as it was before the write. An access that loses its bank is not
+    performed and is reported on the port's ``stall`` (present it again); an access
+    outside its partition faults instead, and does not take its bank from a port of
+    lower priority.
+
+    Every port has a read latency of 1 cycle; a write takes effect at the clock edge
+    (a read of the same word in the next cycle sees it). Any port may read or write:
+    the roles listed below are how the tile uses them. A port left undriven is idle.
+
     Parameters
     ----------
     config : TileConfig
@@ -91,13 +118,21 @@ class Scratchpad(wiring.Component):
         First scratchpad word of each partition (from the partition table CSRs).
     part_len : In(data.ArrayLayout(16, partitions))
         Length of each partition in words.
+    a, b : In(SpadPortSignature(config))
+        The compute unit's operand ports (it only reads through them); ``a`` has the
+        highest priority.
+    w : In(SpadPortSignature(config))
+        The compute unit's result port (it only writes through it).
     dma : In(SpadPortSignature(config))
-        The DMA engine's port. Read latency 1 cycle; a write takes effect at the clock
-        edge (a read of the same word in the next cycle sees it).
-    reads : Out(1)
-        Combinational pulse in the cycle of each performed read.
-    writes : Out(1)
-        Combinational pulse in the cycle of each performed write.
+        The DMA engine's port (reads for stores, writes for loads); lowest priority.
+    bank_reads : Out(spad_banks)
+        Combinational: bit ``b`` is high in a cycle in which a read is performed in
+        bank ``b``.
+    bank_writes : Out(spad_banks)
+        Combinational: bit ``b`` is high in a cycle in which a write is performed in
+        bank ``b``.
+    conflicts : Out(range(len(PORTS) + 1))
+        Combinational: the number of ports stalled this cycle.
 
     Raises
     ------
@@ -105,20 +140,20 @@ class Scratchpad(wiring.Component):
         If ``config`` is not a :class:`TileConfig`.
     """
 
-    #: Access ports, highest priority first. Later units (MAC operand fetch, vector
-    #: unit) are added here; elaborate() already decodes and routes every port in this
-    #: list, but a bank has one read and one write port, so until bank-conflict
-    #: arbitration (a per-port ``grant``/stall) is added, only one port may be used.
-    PORTS = ("dma",)
+    #: Access ports, highest priority first. The compute unit's operand reads come
+    #: first so that a kernel's inner loop is not slowed by a DMA running beside it;
+    #: the DMA engine only loses cycles, never words.
+    PORTS = ("a", "b", "w", "dma")
 
     def __init__(self, config):
         _check_config(config)
         self._config = config
         members = {
-            "part_base": In(data.ArrayLayout(16, config.partitions)),
-            "part_len":  In(data.ArrayLayout(16, config.partitions)),
-            "reads":     Out(1),
-            "writes":    Out(1),
+            "part_base":   In(data.ArrayLayout(16, config.partitions)),
+            "part_len":    In(data.ArrayLayout(16, config.partitions)),
+            "bank_reads":  Out(config.spad_banks),
+            "bank_writes": Out(config.spad_banks),
+            "conflicts":   Out(range(len(self.PORTS) + 1)),
         }
         for name in self.PORTS:
             members[name] = In(SpadPortSignature(config))
@@ -129,7 +164,7 @@ class Scratchpad(wiring.Component):
         return self._config
 
     def _decode(self, m, name, port):
-        """Resolve a port's (part, offset) into (performed, bank, row)."""
+        """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``."""
         cfg = self._config
         part_ok = port.part < cfg.partitions
         base = self.part_base[port.part]
@@ -137,10 +172,10 @@ class Scratchpad(wiring.Component):
         word = Signal(17, name=f"{name}_word")
         m.d.comb += word.eq(base + port.offset)
         outside = ~part_ok | (port.offset >= length) | (word >= cfg.spad_words)
-        performed = Signal(name=f"{name}_performed")
+        inside = Signal(name=f"{name}_inside")
         m.d.comb += [
             port.fault.eq(port.en & outside),
-            performed.eq(port.en & ~outside),
+            inside.eq(port.en & ~outside),
         ]
         banks = cfg.spad_banks
         if banks & (banks - 1) == 0:
@@ -148,7 +183,7 @@ class Scratchpad(wiring.Component):
             bank, row = word[:bank_bits], word[bank_bits:]
         else:
             bank, row = word % banks, word // banks
-        return performed, bank, row
+        return inside, bank, row
 
     def elaborate(self, platform):
         cfg = self._config
@@ -163,26 +198,55 @@ class Scratchpad(wiring.Component):
             m.d.comb += rp.en.eq(0)
             mems.append((wp, rp))
 
+        # Requests in priority order. A faulting access requests nothing, so it never
+        # takes a bank from a port below it, and its `stall` stays low.
+        reqs = []
         for name in self.PORTS:
             port = getattr(self, name)
-            performed, bank, row = self._decode(m, name, port)
-            # Banks are driven in PORTS order: the first port to claim a bank in a
-            # cycle gets it (the `If` below is the place for a conflict check).
-            for b, (wp, rp) in enumerate(mems):
-                with m.If(performed & (bank == b)):
-                    m.d.comb += [
-                        wp.addr.eq(row),
-                        wp.data.eq(port.wdata),
-                        wp.en.eq(port.we),
-                        rp.addr.eq(row),
-                        rp.en.eq(~port.we),
-                    ]
-            read_bank = Signal(range(cfg.spad_banks), name=f"{name}_read_bank")
-            with m.If(performed & ~port.we):
-                m.d.sync += read_bank.eq(bank)
-            m.d.comb += port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
+            inside, bank, row = self._decode(m, name, port)
+            rd = Signal(name=f"{name}_rd")
+            wr = Signal(name=f"{name}_wr")
+            m.d.comb += [rd.eq(inside & ~port.we), wr.eq(inside & port.we)]
+            reqs.append(SimpleNamespace(name=name, port=port, rd=rd, wr=wr, bank=bank,
+                                        row=row))
+
+        stalls = []
+        for i, req in enumerate(reqs):
+            higher = reqs[:i]
+            rd_lost = Cat(h.rd & (h.bank == req.bank) for h in higher).any()
+            wr_lost = Cat(h.wr & (h.bank == req.bank) for h in higher).any()
+            req.rd_grant = Signal(name=f"{req.name}_rd_grant")
+            req.wr_grant = Signal(name=f"{req.name}_wr_grant")
             m.d.comb += [
-                self.reads.eq(performed & ~port.we),
-                self.writes.eq(performed & port.we),
+                req.rd_grant.eq(req.rd & ~rd_lost),
+                req.wr_grant.eq(req.wr & ~wr_lost),
+                req.port.stall.eq(req.rd & rd_lost | req.wr & wr_lost),
             ]
+            stalls.append(req.port.stall)
+
+        # Grants are one per bank and direction, so these are plain selects.
+        for b, (wp, rp) in enumerate(mems):
+            for req in reqs:
+                with m.If(req.rd_grant & (req.bank == b)):
+                    m.d.comb += [rp.addr.eq(req.row), rp.en.eq(1)]
+                with m.If(req.wr_grant & (req.bank == b)):
+                    m.d.comb += [
+                        wp.addr.eq(req.row),
+                        wp.data.eq(req.port.wdata),
+                        wp.en.eq(1),
+                    ]
+
+        for req in reqs:
+            # A bank's read data is only valid the cycle after the read, and the next
+            # read (by any port) replaces it: each port follows the bank it last read.
+            read_bank = Signal(range(cfg.spad_banks), name=f"{req.name}_read_bank")
+            with m.If(req.rd_grant):
+                m.d.sync += read_bank.eq(req.bank)
+            m.d.comb += req.port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
+
+        m.d.comb += [
+            self.bank_reads.eq(Cat(rp.en for _, rp in mems)),
+            self.bank_writes.eq(Cat(wp.en for wp, _ in mems)),
+            self.conflicts.eq(sum(stalls)),
+        ]
         return m

@@ -5,13 +5,13 @@ from types import SimpleNamespace
 
 import pytest
 from amaranth.back import verilog
-from amaranth.hdl import Elaboratable, Module, Signal, Mux
+from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from fusetile.hdl.dma import Dma, DmaCommand
 from fusetile.hdl.gmem import GlobalMemory
-from fusetile.hdl.scratchpad import Scratchpad, SpadPortSignature
+from fusetile.hdl.scratchpad import Scratchpad
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import FaultCause
 
@@ -25,14 +25,17 @@ DIRECT = 3                 # partition covering the whole scratchpad, for the te
 
 
 class Harness(Elaboratable):
-    """DMA + GMEM + scratchpad; the testbench can take over the scratchpad port."""
+    """DMA + GMEM + scratchpad, the DMA on the scratchpad's ``dma`` port.
+
+    The testbench uses the ports above it: ``a`` to read and ``w`` to write the
+    scratchpad directly, and both to take banks from the DMA engine (see
+    :class:`Interferer`).
+    """
 
     def __init__(self, config):
         self.dma = Dma(config)
         self.gmem = GlobalMemory(config)
         self.spad = Scratchpad(config)
-        self.direct = Signal()
-        self.tb = SpadPortSignature(config).create()
 
     def elaborate(self, platform):
         m = Module()
@@ -40,16 +43,7 @@ class Harness(Elaboratable):
         m.submodules.gmem = self.gmem
         m.submodules.spad = self.spad
         wiring.connect(m, self.dma.gmem, self.gmem.dma)
-        port, dma = self.spad.dma, self.dma.spad
-        for name in ("part", "offset", "en", "we", "wdata"):
-            m.d.comb += getattr(port, name).eq(
-                Mux(self.direct, getattr(self.tb, name), getattr(dma, name)))
-        m.d.comb += [
-            dma.rdata.eq(port.rdata),
-            dma.fault.eq(port.fault & ~self.direct),
-            self.tb.rdata.eq(port.rdata),
-            self.tb.fault.eq(port.fault),
-        ]
+        wiring.connect(m, self.dma.spad, self.spad.dma)
         return m
 
 
@@ -88,21 +82,103 @@ async def set_partitions(ctx, h, table):
         ctx.set(h.spad.part_len[i], lens[i])
 
 
-async def issue(ctx, h, c, limit=5000):
-    """Run command ``c``; return (busy cycles, word pulses)."""
+class Interferer:
+    """The compute unit as the DMA engine sees it: reads through ``a`` and writes
+    through ``w``, both of higher priority than ``dma``.
+
+    When ``steal(k)`` is true for the DMA engine's ``k``-th scratchpad access (from 0,
+    counting every presentation), both access the bank of that access, so it stalls
+    unless it faults; in other cycles each accesses another bank with probability
+    ``other``. ``w`` writes only to
+    :attr:`SCRATCH`, words no command in these tests touches; ``written`` holds what
+    it wrote there.
+    """
+
+    SCRATCH = range(SW - 6, SW)     # every bank
+
+    def __init__(self, h, rng, steal, other=0.3):
+        self.h, self.rng, self.steal, self.other = h, rng, steal, other
+        self.written = {}
+        self.accesses = 0
+        self._pending = None
+
+    def drive(self, ctx):
+        spad, dma, rng = self.h.spad, self.h.dma.spad, self.rng
+        banks = CFG.spad_banks
+        target = None
+        if ctx.get(dma.en):
+            part = ctx.get(dma.part)
+            base = ctx.get(spad.part_base[part]) if part < CFG.partitions else 0
+            target = (base + ctx.get(dma.offset)) % banks
+        steal = target is not None and self.steal(self.accesses)
+        self.accesses += target is not None
+        self._pending = None
+        for port, write in ((spad.a, False), (spad.w, True)):
+            if steal:
+                bank = target
+            elif rng.random() < self.other:
+                bank = rng.choice([b for b in range(banks) if b != target])
+            else:
+                ctx.set(port.en, 0)
+                continue
+            if write:
+                word = next(w for w in self.SCRATCH if w % banks == bank)
+                self._pending = word, rng.getrandbits(CFG.word_bits)
+                data = self._pending[1]
+            else:
+                word, data = rng.randrange(bank, SW, banks), None
+            ctx.set(port.part, DIRECT)
+            ctx.set(port.offset, word)
+            ctx.set(port.we, write)
+            ctx.set(port.wdata, data or 0)
+            ctx.set(port.en, 1)
+        # The testbench's ports are never stalled, so every conflict is the DMA's.
+        assert not ctx.get(spad.a.stall) and not ctx.get(spad.w.stall)
+
+    def ticked(self):
+        if self._pending is not None:
+            self.written[self._pending[0]] = self._pending[1]
+
+    def stop(self, ctx):
+        ctx.set(self.h.spad.a.en, 0)
+        ctx.set(self.h.spad.w.en, 0)
+
+    def apply(self, spad):
+        for w, v in self.written.items():
+            spad[w] = v
+
+
+def random_steal(rng, rate):
+    return lambda access: rng.random() < rate
+
+
+async def issue(ctx, h, c, intf=None, limit=5000):
+    """Run command ``c``; return (busy cycles, word pulses, stalled cycles)."""
     dma = h.dma
     assert ctx.get(dma.cmd.ready)
     ctx.set(dma.cmd.payload, c.const)
     ctx.set(dma.cmd.valid, 1)
     await ctx.tick()
     ctx.set(dma.cmd.valid, 0)
-    cycles = words = 0
+    cycles = words = stalls = 0
     while ctx.get(dma.busy):
+        if intf is not None:
+            intf.drive(ctx)
+        stalled = ctx.get(dma.spad.stall)
+        assert ctx.get(h.spad.conflicts) == stalled
+        if stalled and not c.store:
+            # A load freezes: nothing written, no new GMEM read.
+            assert not ctx.get(dma.word_in) and not ctx.get(dma.gmem.re)
         words += ctx.get(dma.word_in) + ctx.get(dma.word_out)
+        stalls += stalled
         await ctx.tick()
+        if intf is not None:
+            intf.ticked()
         cycles += 1
         assert cycles < limit
-    return cycles, words
+    if intf is not None:
+        intf.stop(ctx)
+    return cycles, words, stalls
 
 
 async def gmem_fill(ctx, h, values):
@@ -121,17 +197,15 @@ async def gmem_dump(ctx, h):
 
 
 async def spad_access(ctx, h, offset, data=None):
-    tb = h.tb
-    ctx.set(h.direct, 1)
-    ctx.set(tb.part, DIRECT)
-    ctx.set(tb.offset, offset)
-    ctx.set(tb.we, data is not None)
-    ctx.set(tb.wdata, data or 0)
-    ctx.set(tb.en, 1)
+    port = h.spad.a if data is None else h.spad.w
+    ctx.set(port.part, DIRECT)
+    ctx.set(port.offset, offset)
+    ctx.set(port.we, data is not None)
+    ctx.set(port.wdata, data or 0)
+    ctx.set(port.en, 1)
     await ctx.tick()
-    ctx.set(tb.en, 0)
-    ctx.set(h.direct, 0)
-    return ctx.get(tb.rdata)
+    ctx.set(port.en, 0)
+    return ctx.get(port.rdata)
 
 
 async def spad_fill(ctx, h, values):
@@ -167,10 +241,13 @@ def test_command_layout():
     assert DmaCommand.as_shape().size == 1 + 24 + 16 + 4 + 16 + 16 + 12 + 12
 
 
-def test_random_transfers():
-    """Random loads and stores against a Python model; one word per cycle."""
+@pytest.mark.parametrize("stall_rate", [0, 0.4])
+def test_random_transfers(stall_rate):
+    """Random loads and stores against a Python model: one word per cycle, one cycle
+    more per stalled scratchpad access, every word moved exactly once."""
     h = Harness(CFG)
     rng = random.Random(7)
+    intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
     async def bench(ctx):
         await set_partitions(ctx, h, TABLE)
@@ -178,19 +255,56 @@ def test_random_transfers():
         spad = [rng.getrandbits(64) for _ in range(SW)]
         await gmem_fill(ctx, h, gmem)
         await spad_fill(ctx, h, spad)
+        total_stalls = 0
         for i in range(24):
             c = random_command(rng, store=i % 2, table=TABLE)
             base = TABLE[c.part][0]
-            cycles, words = await issue(ctx, h, c)
+            cycles, words, stalls = await issue(ctx, h, c, intf)
             n = c.rows * c.cols
             assert words == n
-            assert cycles == n + 1, (c, cycles)
+            assert cycles == n + 1 + stalls, (c, cycles, stalls)
+            total_stalls += stalls
             for g, s in words_of(c):
                 if c.store:
                     gmem[g] = spad[base + s]
                 else:
                     spad[base + s] = gmem[g]
             assert not ctx.get(h.dma.fault)
+        if intf is None:
+            assert total_stalls == 0
+        else:
+            assert total_stalls > 50
+            intf.apply(spad)
+        assert await spad_dump(ctx, h) == spad
+        assert await gmem_dump(ctx, h) == gmem
+
+    run(h, bench)
+
+
+@pytest.mark.parametrize("store", [0, 1])
+def test_stall_schedule(store):
+    """Stalls on the first word, for several cycles in a row, and on the last word."""
+    h = Harness(CFG)
+    # Presentations 3, 4, 6, 7, 12..15 and 18 are the nine words.
+    stolen = {0, 1, 2, 5, 8, 9, 10, 11, 16, 17}
+    intf = Interferer(h, random.Random(3), lambda access: access in stolen, other=0.5)
+
+    async def bench(ctx):
+        await set_partitions(ctx, h, TABLE)
+        gmem = [0x1100 + i for i in range(GW)]
+        spad = [0x2200 + i for i in range(SW)]
+        await gmem_fill(ctx, h, gmem)
+        await spad_fill(ctx, h, spad)
+        c = cmd(store=store, gmem_addr=30, gmem_stride=5, part=1, spad_addr=7,
+                spad_stride=3, rows=3, cols=3)
+        assert await issue(ctx, h, c, intf) == (9 + 1 + 10, 9, 10)
+        assert intf.accesses == 9 + 10
+        for g, s in words_of(c):
+            if store:
+                gmem[g] = spad[64 + s]
+            else:
+                spad[64 + s] = gmem[g]
+        intf.apply(spad)
         assert await spad_dump(ctx, h) == spad
         assert await gmem_dump(ctx, h) == gmem
 
@@ -211,10 +325,10 @@ def test_back_to_back_and_empty():
             await ctx.tick()
             ctx.set(h.dma.cmd.valid, 0)
             assert not ctx.get(h.dma.busy) and ctx.get(h.dma.cmd.ready)
-            assert not ctx.get(h.spad.writes) and not ctx.get(h.dma.gmem.we)
+            assert not ctx.get(h.spad.bank_writes) and not ctx.get(h.dma.gmem.we)
         # A 1x1 load, then a 1x1 store issued the cycle the engine goes idle.
-        assert await issue(ctx, h, cmd(gmem_addr=5, spad_addr=3)) == (2, 1)
-        assert await issue(ctx, h, cmd(store=1, gmem_addr=9, spad_addr=3)) == (2, 1)
+        assert await issue(ctx, h, cmd(gmem_addr=5, spad_addr=3)) == (2, 1, 0)
+        assert await issue(ctx, h, cmd(store=1, gmem_addr=9, spad_addr=3)) == (2, 1, 0)
         data, _ = await wb_read(ctx, h.gmem.bus, 18)
         assert data == 5
         # cmd.ready is low while busy.
@@ -227,8 +341,11 @@ def test_back_to_back_and_empty():
     run(h, bench)
 
 
-def test_load_partition_fault():
+@pytest.mark.parametrize("stall_rate", [0, 0.5])
+def test_load_partition_fault(stall_rate):
     h = Harness(CFG)
+    rng = random.Random(13)
+    intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
     async def bench(ctx):
         # Partition 1 is words 64..99; partition 2 (its neighbour) starts at 100.
@@ -240,7 +357,8 @@ def test_load_partition_fault():
         # 4 rows of 8 at stride 10 from offset 10: row 2 runs 30..37, 36 faults.
         c = cmd(gmem_addr=20, gmem_stride=8, part=1, spad_addr=10, spad_stride=10,
                 rows=4, cols=8)
-        cycles, words = await issue(ctx, h, c)
+        cycles, words, stalls = await issue(ctx, h, c, intf)
+        assert (stalls > 0) == bool(intf)
         done = list(words_of(c))[:22]
         assert words == len(done) == 2 * 8 + 6
         assert ctx.get(h.dma.fault) and not ctx.get(h.dma.busy)
@@ -250,10 +368,12 @@ def test_load_partition_fault():
         assert ctx.get(h.dma.fault_part) == 1
         for g, s in done:
             spad[64 + s] = gmem[g]
+        if intf is not None:
+            intf.apply(spad)
         assert await spad_dump(ctx, h) == spad        # neighbours untouched
         # Stays faulted (no access) until abort.
         for _ in range(3):
-            assert not ctx.get(h.spad.writes)
+            assert not ctx.get(h.spad.bank_writes)
             await ctx.tick()
         ctx.set(h.dma.abort, 1)
         await ctx.tick()
@@ -264,8 +384,11 @@ def test_load_partition_fault():
     run(h, bench)
 
 
-def test_store_partition_fault_and_wide_offset():
+@pytest.mark.parametrize("stall_rate", [0, 0.5])
+def test_store_partition_fault_and_wide_offset(stall_rate):
     h = Harness(CFG)
+    rng = random.Random(17)
+    intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
     async def bench(ctx):
         await set_partitions(ctx, h, [(0, 64), (64, 36)])
@@ -274,8 +397,9 @@ def test_store_partition_fault_and_wide_offset():
         # Column runs past the partition length at row 1.
         c = cmd(store=1, gmem_addr=100, gmem_stride=4, part=1, spad_addr=20, spad_stride=14,
                 rows=3, cols=4)
-        cycles, words = await issue(ctx, h, c)
+        cycles, words, stalls = await issue(ctx, h, c, intf)
         assert words == 4 + 2          # offsets 20..23, 34, 35; 36 faults
+        assert (stalls > 0) == bool(intf)
         assert ctx.get(h.dma.fault_cause) == FaultCause.PARTITION
         assert ctx.get(h.dma.fault_addr) == 36
         gmem = await gmem_dump(ctx, h)
@@ -287,7 +411,7 @@ def test_store_partition_fault_and_wide_offset():
         ctx.set(h.dma.abort, 0)
         # base + offset beyond the scratchpad, inside the partition's length.
         await set_partitions(ctx, h, [(0, 0xFFFF)])
-        await issue(ctx, h, cmd(store=1, part=0, spad_addr=0xFFF0, rows=1, cols=2))
+        await issue(ctx, h, cmd(store=1, part=0, spad_addr=0xFFF0, rows=1, cols=2), intf)
         assert ctx.get(h.dma.fault_cause) == FaultCause.PARTITION
         assert ctx.get(h.dma.fault_addr) == 0xFFF0
         ctx.set(h.dma.abort, 1)
@@ -297,7 +421,7 @@ def test_store_partition_fault_and_wide_offset():
         # small offset): reported in full.
         for store in (0, 1):
             c = cmd(store=store, part=0, spad_addr=0x10, spad_stride=0xFFFF, rows=2, cols=1)
-            assert (await issue(ctx, h, c))[1] == 1
+            assert (await issue(ctx, h, c, intf))[1] == 1
             assert ctx.get(h.dma.fault_cause) == FaultCause.PARTITION
             assert ctx.get(h.dma.fault_addr) == 0x1000F
             ctx.set(h.dma.abort, 1)
@@ -307,9 +431,12 @@ def test_store_partition_fault_and_wide_offset():
     run(h, bench)
 
 
+@pytest.mark.parametrize("stall_rate", [0, 0.5])
 @pytest.mark.parametrize("store", [0, 1])
-def test_gmem_range_fault(store):
+def test_gmem_range_fault(store, stall_rate):
     h = Harness(CFG)
+    rng = random.Random(19 + store)
+    intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
     async def bench(ctx):
         await set_partitions(ctx, h, TABLE)
@@ -320,8 +447,9 @@ def test_gmem_range_fault(store):
         # Rows at GMEM 240..247, 250..257: word 256 (row 1, column 6) is beyond GMEM.
         c = cmd(store=store, gmem_addr=240, gmem_stride=10, part=0, spad_addr=0,
                 spad_stride=8, rows=3, cols=8)
-        cycles, words = await issue(ctx, h, c)
+        cycles, words, stalls = await issue(ctx, h, c, intf)
         assert words == 14
+        assert cycles == 14 + 1 + stalls and (stalls > 0) == bool(intf)
         assert ctx.get(h.dma.fault_cause) == FaultCause.GMEM_RANGE
         assert ctx.get(h.dma.fault_addr) == 256
         for g, s in list(words_of(c))[:14]:
@@ -329,14 +457,16 @@ def test_gmem_range_fault(store):
                 gmem[g] = spad[s]
             else:
                 spad[s] = gmem[g]
+        if intf is not None:
+            intf.apply(spad)
         assert await spad_dump(ctx, h) == spad
         assert await gmem_dump(ctx, h) == gmem
         # A transfer starting far beyond GMEM (24-bit address) faults at once.
         ctx.set(h.dma.abort, 1)
         await ctx.tick()
         ctx.set(h.dma.abort, 0)
-        assert await issue(ctx, h, cmd(store=store, gmem_addr=0xFFFFFF, rows=2, cols=2)) \
-            == (1, 0)
+        assert await issue(ctx, h, cmd(store=store, gmem_addr=0xFFFFFF, rows=2, cols=2),
+                           intf) == (1, 0, 0)
         assert ctx.get(h.dma.fault_addr) == 0xFFFFFF
 
     run(h, bench)
@@ -355,23 +485,23 @@ def test_abort():
         ctx.set(h.dma.cmd.valid, 0)
         written = 0
         for _ in range(10):
-            written += ctx.get(h.spad.writes)
+            written += ctx.get(h.spad.bank_writes).bit_count()
             await ctx.tick()
         ctx.set(h.dma.abort, 1)
         # Nothing is written in the abort cycle.
-        assert not ctx.get(h.spad.writes) and not ctx.get(h.dma.word_in)
+        assert not ctx.get(h.spad.bank_writes) and not ctx.get(h.dma.word_in)
         await ctx.tick()
         ctx.set(h.dma.abort, 0)
         assert not ctx.get(h.dma.busy) and ctx.get(h.dma.cmd.ready)
         for _ in range(3):
-            assert not ctx.get(h.spad.writes)
+            assert not ctx.get(h.spad.bank_writes)
             await ctx.tick()
         assert written == 9
         spad = await spad_dump(ctx, h)
         assert spad[170:170 + 9] == [0xABC0 + i for i in range(8)] + [0xABC8]
         assert spad[170 + 9:170 + 12] == [0] * 3
         # The engine works normally afterwards.
-        assert await issue(ctx, h, cmd(gmem_addr=3, part=2, spad_addr=40)) == (2, 1)
+        assert await issue(ctx, h, cmd(gmem_addr=3, part=2, spad_addr=40)) == (2, 1, 0)
 
     run(h, bench)
 

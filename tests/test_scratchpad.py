@@ -4,6 +4,7 @@ import random
 
 import pytest
 from amaranth.back import verilog
+from amaranth.hdl import unsigned
 from amaranth.sim import Simulator
 
 from fusetile.hdl.scratchpad import Scratchpad, SpadPortSignature
@@ -27,7 +28,7 @@ def set_table(ctx, dut, table):
 
 
 async def access(ctx, dut, part, offset, data=None):
-    """One access; return (fault, performed read/write pulses, read data or None)."""
+    """One access through ``dma``; return (fault, (bank_reads, bank_writes), read data)."""
     port = dut.dma
     ctx.set(port.part, part)
     ctx.set(port.offset, offset)
@@ -35,7 +36,7 @@ async def access(ctx, dut, part, offset, data=None):
     ctx.set(port.wdata, data or 0)
     ctx.set(port.en, 1)
     fault = ctx.get(port.fault)
-    pulses = (ctx.get(dut.reads), ctx.get(dut.writes))
+    pulses = (ctx.get(dut.bank_reads), ctx.get(dut.bank_writes))
     await ctx.tick()
     ctx.set(port.en, 0)
     return fault, pulses, ctx.get(port.rdata)
@@ -51,8 +52,12 @@ def test_config_checked():
 def test_ports():
     dut = Scratchpad(CFG)
     assert len(dut.part_base.as_value()) == 16 * CFG.partitions
-    assert len(dut.dma.rdata) == CFG.word_bits
-    assert Scratchpad.PORTS == ("dma",)
+    assert Scratchpad.PORTS == ("a", "b", "w", "dma")
+    for name in Scratchpad.PORTS:
+        assert len(getattr(dut, name).rdata) == CFG.word_bits
+        assert len(getattr(dut, name).stall) == 1
+    assert len(dut.bank_reads) == len(dut.bank_writes) == CFG.spad_banks
+    assert dut.conflicts.shape() == unsigned(3)      # range(len(PORTS) + 1)
 
 
 @pytest.mark.parametrize("config", [CFG, TileConfig(spad_banks=3, spad_bank_words=10,
@@ -66,11 +71,12 @@ def test_round_trip_and_interleaving(config):
         # One partition over the whole scratchpad, one over its second half.
         set_table(ctx, dut, [(0, words), (words // 2, words - words // 2)])
         model = [rng.getrandbits(config.word_bits) for _ in range(words)]
+        banks = config.spad_banks
         for w, v in enumerate(model):
-            assert (await access(ctx, dut, 0, w, v))[:2] == (0, (0, 1))
+            assert (await access(ctx, dut, 0, w, v))[:2] == (0, (0, 1 << w % banks))
         for w in rng.sample(range(words), words):
             fault, pulses, data = await access(ctx, dut, 0, w)
-            assert (fault, pulses, data) == (0, (1, 0), model[w])
+            assert (fault, pulses, data) == (0, (1 << w % banks, 0), model[w])
         for off in range(words - words // 2):
             assert (await access(ctx, dut, 1, off))[2] == model[words // 2 + off]
 
@@ -152,6 +158,235 @@ def test_read_after_write_and_latency():
         await ctx.tick()
         ctx.set(port.en, 0)
         assert ctx.get(port.rdata) == 222
+
+    run(dut, bench)
+
+
+def present(ctx, port, part, offset, data=None):
+    """Drive an access on ``port`` (a write if ``data`` is given) without a clock."""
+    ctx.set(port.part, part)
+    ctx.set(port.offset, offset)
+    ctx.set(port.we, data is not None)
+    ctx.set(port.wdata, data or 0)
+    ctx.set(port.en, 1)
+
+
+def idle(ctx, *ports):
+    for port in ports:
+        ctx.set(port.en, 0)
+
+
+def stalls(ctx, dut):
+    return tuple(ctx.get(getattr(dut, name).stall) for name in Scratchpad.PORTS)
+
+
+def faults(ctx, dut):
+    return tuple(ctx.get(getattr(dut, name).fault) for name in Scratchpad.PORTS)
+
+
+def stats(ctx, dut):
+    return ctx.get(dut.bank_reads), ctx.get(dut.bank_writes), ctx.get(dut.conflicts)
+
+
+async def fill(ctx, dut, values):
+    for w, v in enumerate(values):
+        await access(ctx, dut, 0, w, v)
+
+
+def test_same_bank_priority_and_retry():
+    dut = Scratchpad(CFG)
+    a, b, w, dma = (getattr(dut, name) for name in Scratchpad.PORTS)
+
+    async def bench(ctx):
+        set_table(ctx, dut, [(0, CFG.spad_words)])
+        await fill(ctx, dut, [100 + i for i in range(CFG.spad_words)])
+        # Four reads of bank 1 in one cycle: one is performed per cycle, in priority
+        # order; the others stall and present their access again.
+        offsets = {a: 1, b: 5, w: 9, dma: 13}
+        waiting = [a, b, w, dma]
+        while waiting:
+            for port in waiting:
+                present(ctx, port, 0, offsets[port])
+            expect = tuple(int(p in waiting[1:]) for p in (a, b, w, dma))
+            assert stalls(ctx, dut) == expect
+            assert faults(ctx, dut) == (0, 0, 0, 0)
+            assert stats(ctx, dut) == (0b0010, 0, len(waiting) - 1)
+            await ctx.tick()
+            winner = waiting.pop(0)
+            idle(ctx, winner)
+            assert ctx.get(winner.rdata) == 100 + offsets[winner]
+
+        # Two writes of bank 2: w wins, dma stalls (nothing is written by it).
+        present(ctx, w, 0, 2, 0xAAA)
+        present(ctx, dma, 0, 6, 0xBBB)
+        assert stalls(ctx, dut) == (0, 0, 0, 1)
+        assert stats(ctx, dut) == (0, 0b0100, 1)
+        await ctx.tick()
+        idle(ctx, w)
+        # dma presents its write again, while a reads the same word: a read and a
+        # write of one bank by different ports are both performed, and the read sees
+        # the word as it was before the write.
+        present(ctx, a, 0, 6)
+        assert stalls(ctx, dut) == (0, 0, 0, 0)
+        assert stats(ctx, dut) == (0b0100, 0b0100, 0)
+        await ctx.tick()
+        idle(ctx, dma)
+        assert ctx.get(a.rdata) == 106
+        present(ctx, a, 0, 6)
+        await ctx.tick()
+        assert ctx.get(a.rdata) == 0xBBB
+        present(ctx, a, 0, 2)
+        await ctx.tick()
+        idle(ctx, a)
+        assert ctx.get(a.rdata) == 0xAAA
+
+        # Writes are arbitrated by the same priority, whichever ports make them.
+        present(ctx, a, 0, 0, 1)
+        present(ctx, b, 0, 4, 2)
+        assert stalls(ctx, dut) == (0, 1, 0, 0)
+        assert stats(ctx, dut) == (0, 0b0001, 1)
+        # Without en there is no request: no stall, no fault.
+        idle(ctx, a, b)
+        ctx.set(b.part, 9)
+        assert stalls(ctx, dut) == faults(ctx, dut) == (0, 0, 0, 0)
+        assert stats(ctx, dut) == (0, 0, 0)
+
+    run(dut, bench)
+
+
+def test_different_banks_and_rdata_routing():
+    dut = Scratchpad(CFG)
+    a, b, w, dma = (getattr(dut, name) for name in Scratchpad.PORTS)
+
+    async def bench(ctx):
+        set_table(ctx, dut, [(0, CFG.spad_words)])
+        await fill(ctx, dut, [100 + i for i in range(CFG.spad_words)])
+        # Four ports, four banks: all performed in the same cycle.
+        present(ctx, a, 0, 0)
+        present(ctx, b, 0, 5)
+        present(ctx, dma, 0, 10)
+        present(ctx, w, 0, 15, 0x515)
+        assert stalls(ctx, dut) == (0, 0, 0, 0)
+        assert stats(ctx, dut) == (0b0111, 0b1000, 0)
+        await ctx.tick()
+        # Each port sees the word of the bank it read, while the next reads go on.
+        assert (ctx.get(a.rdata), ctx.get(b.rdata), ctx.get(dma.rdata)) == (100, 105, 110)
+        idle(ctx, w)
+        present(ctx, a, 0, 14)
+        present(ctx, b, 0, 4)
+        present(ctx, dma, 0, 1)
+        assert stats(ctx, dut) == (0b0111, 0, 0)
+        await ctx.tick()
+        assert (ctx.get(a.rdata), ctx.get(b.rdata), ctx.get(dma.rdata)) == (114, 104, 101)
+        # A read and a write of the same bank, different words: both performed.
+        idle(ctx, b)
+        present(ctx, a, 0, 3)
+        present(ctx, dma, 0, 7, 0x707)
+        assert stalls(ctx, dut) == (0, 0, 0, 0)
+        assert stats(ctx, dut) == (0b1000, 0b1000, 0)
+        await ctx.tick()
+        idle(ctx, dma)
+        assert ctx.get(a.rdata) == 103
+        for off, value in ((7, 0x707), (15, 0x515)):
+            present(ctx, a, 0, off)
+            await ctx.tick()
+            assert ctx.get(a.rdata) == value
+        idle(ctx, a)
+
+    run(dut, bench)
+
+
+def test_fault_beats_stall():
+    dut = Scratchpad(CFG)
+    a, b, w, dma = (getattr(dut, name) for name in Scratchpad.PORTS)
+
+    async def bench(ctx):
+        # Partition 1 is words 0..7.
+        set_table(ctx, dut, [(0, CFG.spad_words), (0, 8)])
+        await fill(ctx, dut, [100 + i for i in range(CFG.spad_words)])
+        # dma's access is outside its partition and would also lose bank 0 to a
+        # (or w): it faults, it does not stall.
+        for data in (None, 0xDEAD):
+            present(ctx, a if data is None else w, 0, 4, data)
+            present(ctx, dma, 1, 8, data)
+            assert faults(ctx, dut) == (0, 0, 0, 1)
+            assert stalls(ctx, dut) == (0, 0, 0, 0)
+            assert stats(ctx, dut) == ((0b0001, 0, 0) if data is None else (0, 0b0001, 0))
+            await ctx.tick()
+            idle(ctx, a, w, dma)
+        # A faulting access does not take the bank from a port below it.
+        present(ctx, a, 1, 16)
+        present(ctx, b, 0, 0)
+        present(ctx, w, 4, 0, 0xBAD)
+        present(ctx, dma, 0, 12, 0x1212)
+        assert faults(ctx, dut) == (1, 0, 1, 0)
+        assert stalls(ctx, dut) == (0, 0, 0, 0)
+        assert stats(ctx, dut) == (0b0001, 0b0001, 0)
+        await ctx.tick()
+        idle(ctx, a, b, w, dma)
+        assert ctx.get(b.rdata) == 100
+        for off, value in ((0, 100), (4, 0xDEAD), (8, 108), (12, 0x1212)):
+            present(ctx, a, 0, off)
+            await ctx.tick()
+            assert ctx.get(a.rdata) == value
+        idle(ctx, a)
+
+    run(dut, bench)
+
+
+@pytest.mark.parametrize("config", [CFG, TileConfig(spad_banks=3, spad_bank_words=10,
+                                                    partitions=2, word_bytes=4)])
+def test_random_arbitration(config):
+    """Random traffic on every port against a model of the arbitration."""
+    dut = Scratchpad(config)
+    ports = [getattr(dut, name) for name in Scratchpad.PORTS]
+    words, banks = config.spad_words, config.spad_banks
+    table = [(0, words), (words // 2, words // 4)][:config.partitions]
+    rng = random.Random(11)
+
+    async def bench(ctx):
+        set_table(ctx, dut, table)
+        model = [rng.getrandbits(config.word_bits) for _ in range(words)]
+        await fill(ctx, dut, model)
+        total_conflicts = 0
+        for _ in range(400):
+            expect_fault, expect_stall, reads, writes = [], [], {}, {}
+            for port in ports:
+                en = rng.random() < 0.8
+                part = rng.randrange(len(table) + 1)
+                # Small offsets: conflicts are frequent, some land outside.
+                off = rng.randrange(words // 3)
+                data = rng.getrandbits(config.word_bits) if rng.random() < 0.4 else None
+                present(ctx, port, part, off, data)
+                ctx.set(port.en, en)
+                base, length = table[part] if part < len(table) else (0, 0)
+                outside = off >= length or base + off >= words
+                fault = stall = 0
+                if en and outside:
+                    fault = 1
+                elif en:
+                    word = base + off
+                    claimed = writes if data is not None else reads
+                    if word % banks in claimed:
+                        stall = 1
+                    else:
+                        claimed[word % banks] = (port, word, data)
+                expect_fault.append(fault)
+                expect_stall.append(stall)
+            assert faults(ctx, dut) == tuple(expect_fault)
+            assert stalls(ctx, dut) == tuple(expect_stall)
+            assert stats(ctx, dut) == (sum(1 << b for b in reads),
+                                       sum(1 << b for b in writes), sum(expect_stall))
+            total_conflicts += sum(expect_stall)
+            await ctx.tick()
+            for port, word, _ in reads.values():
+                assert ctx.get(port.rdata) == model[word]
+            for _, word, data in writes.values():
+                model[word] = data
+        assert total_conflicts > 50      # the traffic did exercise the arbitration
+        idle(ctx, *ports)
+        for w in range(words):
+            assert (await access(ctx, dut, 0, w))[2] == model[w]
 
     run(dut, bench)
 
