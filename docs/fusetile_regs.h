@@ -294,6 +294,12 @@
 #define FT_SPEC_FAULTS_HI_ADDR                   0x0494u
 #define FT_ROLLBACK_CYCLES_LO_ADDR               0x0498u
 #define FT_ROLLBACK_CYCLES_HI_ADDR               0x049Cu
+#define FT_MACS_LO_ADDR                          0x04A0u
+#define FT_MACS_HI_ADDR                          0x04A4u
+#define FT_SATURATIONS_LO_ADDR                   0x04A8u
+#define FT_SATURATIONS_HI_ADDR                   0x04ACu
+#define FT_BANK_CONFLICTS_LO_ADDR                0x04B0u
+#define FT_BANK_CONFLICTS_HI_ADDR                0x04B4u
 #define FT_SLOT_CALLS_LO_ADDR(i)                 (0x0600u + 0x10u * (i))
 #define FT_SLOT_CALLS_HI_ADDR(i)                 (0x0604u + 0x10u * (i))
 #define FT_SLOT_CALLS_COUNT                      8
@@ -306,6 +312,12 @@
 #define FT_BRANCH_NOT_TAKEN_LO_ADDR(i)           (0x0708u + 0x10u * (i))
 #define FT_BRANCH_NOT_TAKEN_HI_ADDR(i)           (0x070Cu + 0x10u * (i))
 #define FT_BRANCH_NOT_TAKEN_COUNT                8
+#define FT_BANK_READS_LO_ADDR(i)                 (0x0780u + 0x10u * (i))
+#define FT_BANK_READS_HI_ADDR(i)                 (0x0784u + 0x10u * (i))
+#define FT_BANK_READS_COUNT                      4
+#define FT_BANK_WRITES_LO_ADDR(i)                (0x0788u + 0x10u * (i))
+#define FT_BANK_WRITES_HI_ADDR(i)                (0x078Cu + 0x10u * (i))
+#define FT_BANK_WRITES_COUNT                     4
 
 /* Trace FIFO: a record is FT_TRACE_WORDS words, least significant first. */
 #define FT_TRACE_WORDS                           8

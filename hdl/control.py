@@ -9,6 +9,7 @@ from ..kernels.config import TileConfig
 from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, \
     TraceRecord, FLAGS, INDEX_REGS
 from .dma_queue import QueuedDmaCommand
+from .compute import ComputeCommand
 
 
 __all__ = ["ControlUnit", "ControlEvents"]
@@ -91,8 +92,16 @@ class ControlUnit(wiring.Component):
         To the DMA queue.
     dma_outstanding : In(DMA_TOKENS)
         Tokens with a queued or running DMA.
+    compute_cmd : Out(stream.Signature(ComputeCommand))
+        Compute micro-instructions (MATMUL, vector ops), to the compute unit.
     compute_busy : In(1)
         The compute unit is executing (WAIT with ``compute`` and RET wait for it).
+    compute_fault : In(1)
+    compute_fault_cause : In(FaultCause)
+    compute_fault_addr : In(32)
+    compute_fault_part : In(4)
+    mac_busy, vec_busy : In(1)
+        The compute unit's MAC array / vector unit is busy (for trace records).
     dma_busy, dma_fault : In(1)
     dma_fault_cause : In(FaultCause)
     dma_fault_addr : In(32)
@@ -151,7 +160,11 @@ class ControlUnit(wiring.Component):
             "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_data": In(128),
             "dma_push": Out(stream.Signature(QueuedDmaCommand)),
             "dma_outstanding": In(4),
+            "compute_cmd": Out(stream.Signature(ComputeCommand)),
             "compute_busy": In(1),
+            "compute_fault": In(1), "compute_fault_cause": In(FaultCause),
+            "compute_fault_addr": In(32), "compute_fault_part": In(4),
+            "mac_busy": In(1), "vec_busy": In(1),
             "dma_busy": In(1), "dma_fault": In(1), "dma_fault_cause": In(FaultCause),
             "dma_fault_addr": In(32), "dma_fault_part": In(4), "dma_abort": Out(1),
             "dma_word_in": In(1), "dma_word_out": In(1),
@@ -193,6 +206,8 @@ class ControlUnit(wiring.Component):
         call_dma_busy = Signal(32)
         call_words_in = Signal(32)
         call_words_out = Signal(32)
+        call_mac_busy = Signal(32)
+        call_vec_busy = Signal(32)
 
         # The speculative region: its guard and where a miss continues.
         guard_flag = Signal(3)
@@ -246,6 +261,8 @@ class ControlUnit(wiring.Component):
             record.dma_busy.eq(call_dma_busy),
             record.bytes_in.eq(call_words_in * cfg.word_bytes),
             record.bytes_out.eq(call_words_out * cfg.word_bytes),
+            record.mac_busy.eq(call_mac_busy),
+            record.vec_busy.eq(call_vec_busy),
         ]
         with m.If(self.in_kernel):
             m.d.sync += [
@@ -253,6 +270,8 @@ class ControlUnit(wiring.Component):
                 call_dma_busy.eq(call_dma_busy + self.dma_busy),
                 call_words_in.eq(call_words_in + self.dma_word_in),
                 call_words_out.eq(call_words_out + self.dma_word_out),
+                call_mac_busy.eq(call_mac_busy + self.mac_busy),
+                call_vec_busy.eq(call_vec_busy + self.vec_busy),
             ]
 
         m.d.comb += self.events.active.eq(self.running)
@@ -385,6 +404,7 @@ class ControlUnit(wiring.Component):
                                     call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
                                     call_cycles.eq(0), call_dma_busy.eq(0),
                                     call_words_in.eq(0), call_words_out.eq(0),
+                                    call_mac_busy.eq(0), call_vec_busy.eq(0),
                                     state.eq(_State.MICRO_FETCH),
                                 ]
                         with m.Default():
@@ -436,6 +456,22 @@ class ControlUnit(wiring.Component):
                                 micro_next()
                             with m.Else():
                                 m.d.comb += self.events.stall_dma.eq(1)
+                    with m.Case(MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT,
+                                MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP,
+                                MicroOp.VARGMAX, MicroOp.VCFG):
+                        # The compute unit runs beside the sequencer, which only waits
+                        # for it when it is still busy with the previous one.
+                        m.d.comb += [
+                            self.compute_cmd.payload.op.eq(micro.op),
+                            self.compute_cmd.payload.args.eq(micro.args),
+                            self.compute_cmd.payload.part.eq(part),
+                        ]
+                        with m.If(~fault):
+                            m.d.comb += self.compute_cmd.valid.eq(1)
+                            with m.If(self.compute_cmd.ready):
+                                micro_next()
+                            with m.Else():
+                                m.d.comb += self.events.stall_compute.eq(1)
                     with m.Case(MicroOp.WAIT):
                         tokens = micro.args.wait.tokens
                         on_compute = micro.args.wait.compute
@@ -471,6 +507,9 @@ class ControlUnit(wiring.Component):
         # whatever the sequencers were doing this cycle.
         with m.If(self.running & self.dma_fault):
             raise_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
+        with m.If(self.running & self.compute_fault):
+            raise_fault(self.compute_fault_cause, self.compute_fault_addr,
+                        self.compute_fault_part)
 
         # -- speculation: a miss continues in the other bank ------------------------------
         with m.If(self.speculating):
@@ -514,6 +553,7 @@ class ControlUnit(wiring.Component):
                 self.events.plan_retired.eq(0),
                 self.events.call_done.eq(0),
                 self.dma_push.valid.eq(0),
+                self.compute_cmd.valid.eq(0),
                 self.staging_publish.eq(0),
                 self.events.spec_hit.eq(0),
             ]
@@ -546,6 +586,7 @@ class ControlUnit(wiring.Component):
                 self.events.plan_retired.eq(0),
                 self.events.call_done.eq(0),
                 self.dma_push.valid.eq(0),
+                self.compute_cmd.valid.eq(0),
                 self.staging_publish.eq(0),
                 self.events.spec_hit.eq(0),
             ]

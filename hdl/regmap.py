@@ -26,7 +26,7 @@ from .registers import Access, Field, Register, Counter, Window, MemoryMap
 
 __all__ = [
     "MAGIC", "VERSION", "CSR_BASE", "CSR_SPAN", "PLAN_BASE", "SLOT_BASE", "GMEM_BASE",
-    "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "TRACE_WORDS",
+    "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "BANK_COUNTERS", "TRACE_WORDS",
     "tile_memory_map", "hwcfg_values", "config_from_hwcfg",
 ]
 
@@ -47,6 +47,7 @@ SLOT_TABLE_BASE    = 0x180
 COUNTER_BASE       = 0x400
 SLOT_COUNTER_BASE  = 0x600
 BRANCH_COUNTER_BASE = 0x700
+BANK_COUNTER_BASE  = 0x780
 
 TRACE_WORDS = TraceRecord.as_shape().size // 32
 
@@ -76,6 +77,15 @@ COUNTERS = (
     ("spec_misses",    "Speculative regions rolled back to the other bank."),
     ("spec_faults",    "... of which because of a fault inside the region."),
     ("rollback_cycles", "Cycles from a failed guard to the fallback's first instruction."),
+    ("macs",           "Multiply-accumulates performed by the MAC array."),
+    ("saturations",    "Lanes clamped by requantisation (REQUANT, VADD, average VPOOL)."),
+    ("bank_conflicts", "Scratchpad accesses stalled by a higher-priority port."),
+)
+
+# Per-bank scratchpad counters: BANK_<NAME>[b].
+BANK_COUNTERS = (
+    ("reads",  "Words read from this scratchpad bank."),
+    ("writes", "Words written to this scratchpad bank."),
 )
 
 # Per-flag branch counters: BRANCH_<NAME>[f], f = the flag a BRANCH tests.
@@ -238,6 +248,13 @@ def tile_memory_map(config):
             mm.add_counter(Counter(f"BRANCH_{name.upper()}[{f}]", doc),
                            BRANCH_COUNTER_BASE + stride * f + 8 * j,
                            group=f"branch_counter_{name}", index=f)
+
+    stride = 8 * len(BANK_COUNTERS)
+    for b in range(config.spad_banks):
+        for j, (name, doc) in enumerate(BANK_COUNTERS):
+            mm.add_counter(Counter(f"BANK_{name.upper()}[{b}]", doc),
+                           BANK_COUNTER_BASE + stride * b + 8 * j,
+                           group=f"bank_counter_{name}", index=b)
 
     # -- memory windows -----------------------------------------------------------
     plan_bytes = config.plan_depth * PLAN_INSTR_BITS // 8

@@ -8,7 +8,7 @@ from ..kernels.config import TileConfig
 from . import wishbone
 from ..kernels.isa import FLAGS, INDEX_REGS
 from .regmap import (tile_memory_map, hwcfg_values, COUNTERS, SLOT_COUNTERS, BRANCH_COUNTERS,
-                     ADDR_WIDTH, CSR_BASE, CSR_SPAN, PLAN_BASE, SLOT_BASE, GMEM_BASE, GMEM_SPAN)
+                     BANK_COUNTERS, ADDR_WIDTH, CSR_BASE, CSR_SPAN, PLAN_BASE, SLOT_BASE, GMEM_BASE, GMEM_SPAN)
 from .csr import CsrBank
 from .counters import PerfCounters
 from .trace import TraceFifo
@@ -19,6 +19,7 @@ from .dma_queue import DmaQueue
 from .staging import StagingBuffer
 from .stores import PlanStore, KernelStore
 from .control import ControlUnit
+from .compute import ComputeUnit
 
 
 __all__ = ["Tile"]
@@ -69,9 +70,10 @@ class Tile(wiring.Component):
         m.submodules.plans = plans = PlanStore(cfg)
         m.submodules.kernels = kernels = KernelStore(cfg)
         m.submodules.control = ctrl = ControlUnit(cfg)
+        m.submodules.compute = compute = ComputeUnit(cfg)
         m.submodules.trace = trace = TraceFifo(cfg.trace_depth)
         counter_names = [e.item.name for e in mm.counters()]
-        m.submodules.counters = counters = PerfCounters(counter_names)
+        m.submodules.counters = counters = PerfCounters(counter_names, inc_width=16)
 
         # -- bus fabric -------------------------------------------------------------
         plan_span = mm["PLAN[1]"].addr - mm["PLAN[0]"].addr
@@ -91,6 +93,9 @@ class Tile(wiring.Component):
         wiring.connect(m, dma.gmem, staging.dma)
         wiring.connect(m, staging.gmem, gmem.dma)
         wiring.connect(m, dma.spad, spad.dma)
+        for port in ("a", "b", "w"):
+            wiring.connect(m, getattr(compute, port), getattr(spad, port))
+        wiring.connect(m, ctrl.compute_cmd, compute.cmd)
         wiring.connect(m, ctrl.dma_push, dma_queue.push)
         wiring.connect(m, dma_queue.cmd, dma.cmd)
         m.d.comb += [
@@ -102,6 +107,20 @@ class Tile(wiring.Component):
             staging.discard.eq(ctrl.staging_discard),
             ctrl.staging_draining.eq(staging.draining),
             ctrl.staging_overflow.eq(staging.overflow),
+            ctrl.compute_busy.eq(compute.busy),
+            ctrl.compute_fault.eq(compute.fault),
+            ctrl.compute_fault_cause.eq(compute.fault_cause),
+            ctrl.compute_fault_addr.eq(compute.fault_addr),
+            ctrl.compute_fault_part.eq(compute.fault_part),
+            ctrl.mac_busy.eq(compute.mac_busy),
+            ctrl.vec_busy.eq(compute.vec_busy),
+            compute.abort.eq(ctrl.dma_abort),
+            ctrl.flag_we.eq(compute.flag_we),
+            ctrl.flag_sel.eq(compute.flag_sel),
+            ctrl.flag_value.eq(compute.flag_value),
+            ctrl.index_we.eq(compute.index_we),
+            ctrl.index_sel.eq(compute.index_sel),
+            ctrl.index_value.eq(compute.index_value),
             ctrl.dma_busy.eq(dma.busy),
             ctrl.dma_fault.eq(dma.fault),
             ctrl.dma_fault_cause.eq(dma.fault_cause),
@@ -222,8 +241,8 @@ class Tile(wiring.Component):
             "cycles":         Const(1),
             "active_cycles":  ev.active,
             "dma_busy":       dma.busy,
-            "mac_busy":       Const(0),
-            "vec_busy":       Const(0),
+            "mac_busy":       compute.mac_busy,
+            "vec_busy":       compute.vec_busy,
             "stall_dma":      ev.stall_dma,
             "stall_compute":  ev.stall_compute,
             "dma_bytes_in":   dma.word_in * cfg.word_bytes,
@@ -239,6 +258,9 @@ class Tile(wiring.Component):
             "spec_misses":    ev.spec_miss,
             "spec_faults":    ev.spec_fault,
             "rollback_cycles": ev.rollback,
+            "macs":           compute.macs,
+            "saturations":    compute.saturations,
+            "bank_conflicts": spad.conflicts,
         }
         assert set(increments) == {name for name, _ in COUNTERS}
         for name, inc in increments.items():
@@ -258,6 +280,12 @@ class Tile(wiring.Component):
                 counters.inc[f"BRANCH_NOT_TAKEN[{f_}]"].eq(on_flag & ~ev.taken),
             ]
         assert {n for n, _ in BRANCH_COUNTERS} == {"taken", "not_taken"}
+        for b in range(cfg.spad_banks):
+            m.d.comb += [
+                counters.inc[f"BANK_READS[{b}]"].eq(spad.bank_reads[b]),
+                counters.inc[f"BANK_WRITES[{b}]"].eq(spad.bank_writes[b]),
+            ]
+        assert {n for n, _ in BANK_COUNTERS} == {"reads", "writes"}
         for name in counter_names:
             m.d.comb += csr.counters[name].eq(counters.value[name])
 

@@ -246,6 +246,55 @@ def demo_command(args, out):
     return 0 if result["correct"] else 1
 
 
+# -- bench --------------------------------------------------------------------------------
+
+@command("bench", "run a benchmark; every number comes from the tile's counters", [
+    arg("--suite", default="isa", choices=["isa"],
+        help="isa: tiled matmuls of growing K, with and without double-buffering"),
+    arg("--target", "-t", default="verilator",
+        help=f"transport to the tile (known: {', '.join(transport_names())}; "
+             f"default: verilator)"),
+    _CONFIG_ARG,
+])
+def bench_command(args, out):
+    from rich.progress import Progress
+    from .device import Device
+    from .bench import isa_suite, ISA_SIZES
+
+    config = _parse_config(args.config)
+    with _open_target(args.target, config) as transport:
+        device = Device(transport)
+        with Progress(transient=True, disable=out.json, console=out.console()) as bar:
+            task = bar.add_task(f"{args.suite} suite on {args.target}",
+                                total=2 * len(ISA_SIZES))
+            results = isa_suite(device, progress=lambda n: bar.update(task, completed=n))
+    cfg = device.config
+    data = {
+        "suite": args.suite,
+        "target": args.target,
+        "hardware": {"profile_hash": cfg.profile_hash, **cfg.as_dict()},
+        "results": results,
+    }
+
+    def human(console):
+        from rich.table import Table
+        table = Table(title=f"MAC-array utilisation on {args.target} "
+                            f"({cfg.rows}x{cfg.cols} array, from the tile's counters)")
+        for column in ("M", "N", "K", "double buffer", "cycles", "utilisation",
+                       "steady state", "correct"):
+            table.add_column(column, justify="right")
+        for r in results:
+            table.add_row(str(r["m"]), str(r["n"]), str(r["k"]),
+                          "yes" if r["double_buffer"] else "no", f"{r['cycles']:,}",
+                          f"{100 * r['mac_utilization']:.1f} %",
+                          f"{100 * r['steady_mac_utilization']:.1f} %",
+                          "yes" if r["correct"] else "[red]NO[/red]")
+        console.print(table)
+
+    out.result(data, human=human)
+    return 0 if all(r["correct"] for r in results) else 1
+
+
 # -- entry point ---------------------------------------------------------------------------
 
 def build_parser():

@@ -430,6 +430,11 @@ class Device:
             return []
         return self._indexed_counters("SLOT", regmap.SLOT_COUNTERS, self.config.kernel_slots)
 
+    def bank_counters(self):
+        """Per-bank scratchpad counters: a list (index = bank) of {"reads": int,
+        "writes": int}."""
+        return self._indexed_counters("BANK", regmap.BANK_COUNTERS, self.config.spad_banks)
+
     def branch_counters(self):
         """Per-flag branch counters: a list (index = flag) of {"taken": int,
         "not_taken": int}, counting the BRANCHes that tested that flag."""

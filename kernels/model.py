@@ -326,6 +326,7 @@ class TileModel:
         self.arg_a = self.arg_b = 0
         self.part = 0
         self._compute_left = 0       # cycles the compute unit stays busy
+        self._pending_flag = None    # (flag, value) a VCMP writes in its last busy cycle
         self._compute_unit = None    # its busy counter: "mac_busy" or "vec_busy"
         self.speculating = 0
         self.guard_flag = self.guard_value = 0
@@ -819,7 +820,7 @@ class TileModel:
                     ev.stall_compute = 1
                 else:
                     try:
-                        extra, unit, flag_write = self._execute(op, f, bits)
+                        extra, unit, self._pending_flag = self._execute(op, f, bits)
                     except _Fault as e:
                         seq_fault = (e.cause, e.addr, e.part)
                     else:
@@ -841,6 +842,12 @@ class TileModel:
             fault = (FaultCause.WATCHDOG, self.watchdog, 0)
         if running and p.get("abort"):
             fault = (FaultCause.ABORTED, 0, 0)
+
+        # As in the RTL, a VCMP's flag lands in the compute unit's last busy cycle, not
+        # when the sequencer issues it (a miss it causes comes at the same time).
+        if self._pending_flag is not None and self._compute_left == 1:
+            flag_write, self._pending_flag = self._pending_flag, None
+            self.flags[flag_write[0]] = flag_write[1]
 
         miss = seq_miss
         spec_fault = False
@@ -923,6 +930,7 @@ class TileModel:
         # The compute unit: aborted with the kernel on a fault or a miss.
         if stop or miss:
             self._compute_left = 0
+            self._pending_flag = None
         else:
             if self._compute_left:
                 self._compute_left -= 1
@@ -1051,8 +1059,9 @@ class TileModel:
         elif self._out is not None:
             return 0
         if self._compute_left:
-            # The stall may change its cause, or end, when the unit goes idle.
-            limit = min(limit, self._compute_left)
+            # The stall may change its cause, or end, when the unit goes idle; a pending
+            # flag lands in its last busy cycle.
+            limit = min(limit, self._compute_left - (self._pending_flag is not None))
         if self._stall_cause() is None:
             return 0
         return max(0, limit)
@@ -1304,7 +1313,6 @@ class TileModel:
             else:
                 value = int(lanes[lane % wb])
             flag = int(arith.vcmp(value, CmpOp(f["op"]), _int8(f["imm"])))
-            self.flags[f["flag"]] = flag
             return nwords + 8, "vec_busy", (f["flag"], flag)
 
         if op == MicroOp.VARGMAX:

@@ -11,10 +11,15 @@ as a check that the host runtime can drive every part of the tile.
 
 import random
 
+import numpy as np
+
 from fusetile.host.device import TileFault
 from fusetile.host.transport import BusError
-from fusetile.kernels.isa import FaultCause, GmemBase, PlanOp, PlanInstr
-from fusetile.kernels.program import call, done, mark, nop, ret, wait, dma_load, dma_store
+from fusetile.kernels import arith
+from fusetile.kernels.isa import FaultCause, GmemBase, PlanOp, PlanInstr, CmpOp, VectorCfg
+from fusetile.kernels.program import (call, done, mark, nop, ret, wait, dma_load, dma_store,
+                                      jump, branch, switch, assume, commit, matmul, acc_bias,
+                                      requant, vcfg, vcmp, vargmax)
 
 
 __all__ = ["SCENARIOS"]
@@ -476,3 +481,118 @@ def speculation_overflow_and_fault_roll_back(dev):
 
 SCENARIOS += [branch_jump_switch, speculation_hit_publishes, speculation_miss_rolls_back,
               speculation_overflow_and_fault_roll_back]
+
+
+# -- compute ------------------------------------------------------------------------------
+
+def _lanes(words, wb):
+    """int8 lanes of little-endian words, as an array of shape (words, wb)."""
+    return np.frombuffer(words, dtype=np.int8).reshape(-1, wb)
+
+
+def matmul_requant(dev):
+    """A kernel loads int8 operands and int32 biases, multiplies on the MAC array and
+    requantises into int8: bit-exact against kernels/arith, counted by the counters."""
+    cfg = dev.config
+    wb, R, C = cfg.word_bytes, cfg.rows, cfg.cols
+    k = 24
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, size=(k, wb), dtype=np.int8)
+    b = rng.integers(-128, 128, size=(k, wb), dtype=np.int8)
+    bias = rng.integers(-2**20, 2**20, size=R).astype(np.int32)
+    bias_words = -(-4 * R // wb)
+    gmem = a.tobytes() + b.tobytes() + bias.tobytes().ljust(bias_words * wb, b"\0")
+    dev.write_window("GMEM", 0, gmem)
+    out_at = len(gmem) // wb
+    mult, shift, zp = 0x5A000000, 9, -3
+
+    a_at, b_at, bias_at, res_at = 0, k + 1, 2 * k + 1, 2 * k + 1 + bias_words
+    dev.set_partition(0, base=0, length=res_at + R)
+    dev.load_kernel(0, [
+        dma_load(gmem=0, spad=a_at, cols=k),
+        dma_load(gmem=k, spad=b_at, cols=k, token=1),    # b one word off: other banks
+        dma_load(gmem=2 * k, spad=bias_at, cols=bias_words, token=2),
+        wait(0b100),
+        acc_bias(bias_at),
+        wait(0b011),
+        matmul(a=a_at, b=b_at, k=k, accumulate=True),
+        vcfg(VectorCfg.MULT_A, mult), vcfg(VectorCfg.SHIFT, shift),
+        vcfg(VectorCfg.ZP_OUT, zp),
+        requant(out=res_at),
+        wait(compute=True),
+        dma_store(gmem=out_at, spad=res_at, cols=R),
+        ret(),
+    ], part=0)
+    dev.clear_counters()
+    _run(dev, [call(0), done()])
+
+    acc = bias[:, None].astype(np.int64) + a[:, :R].astype(np.int64).T @ b[:, :C].astype(np.int64)
+    want, saturated = arith.requantize(acc, mult, shift, zp, -128, 127)
+    got = _lanes(dev.read_window("GMEM", out_at * wb, R * wb), wb)
+    assert np.array_equal(got[:, :C], want)
+    assert not got[:, C:].any()
+    ctr = dev.counters()
+    assert ctr["macs"] == R * C * k
+    assert ctr["saturations"] == int(saturated.sum())
+    assert ctr["mac_busy"] >= k
+    (record,) = dev.read_trace()
+    assert record.mac_busy >= k and record.vec_busy > 0
+
+
+def vector_flags_steer_the_plan(dev):
+    """VCMP sets a flag that BRANCH tests; VARGMAX sets an index that SWITCH uses."""
+    wb = dev.config.word_bytes
+    lanes = np.array([3, -7, 25, 25, 9, -128, 0, 1] * (wb // 8), dtype=np.int8)
+    dev.write_window("GMEM", 0, lanes.tobytes())
+    dev.set_partition(0, base=0, length=4)
+    dev.load_kernel(0, [
+        dma_load(gmem=0, spad=0), wait(),
+        vcmp(addr=0, lane=7, op=CmpOp.GE, imm=20, flag=3, reduce=True),   # max 25 >= 20
+        vcmp(addr=0, lane=1, op=CmpOp.LT, imm=-8, flag=4),                # -7 < -8: no
+        vargmax(addr=0, n=8, index=1),                                    # lanes 2, 3: 2
+        ret(),
+    ], part=0)
+    _run(dev, [
+        call(0),
+        branch(4, 6),                      # F4 = 0: not taken
+        branch(3, 3),                      # F3 = 1: taken
+        mark(0xBAD),
+        switch(1, 7, 4),                   # X1 = 2: table entry 2 (pc 9)
+        mark(0xBAD),
+        mark(0xBAD),
+        jump(10), jump(10), mark(0x600D), done(),   # table: 7, 8, 9, 10
+        mark(0xBAD), done(),
+    ])
+    assert int(dev.regs.MARK.read().value) == 0x600D
+    assert int(dev.regs.FLAGS.read().flags) & 0b11000 == 0b01000
+    assert int(dev.regs["INDEX[1]"].read().value) == 2
+
+
+def speculation_miss_on_vcmp(dev):
+    """A VCMP that writes the guarded flag with the other value rolls back at once,
+    mid-kernel: the rest of the kernel never runs and its stores never land."""
+    wb = dev.config.word_bytes
+    dev.write_window("GMEM", 0, bytes([5] * wb))
+    dst = dev.config.gmem_words // 2
+    dev.write_window("GMEM", dst * wb, bytes(wb))
+    dev.set_partition(0, base=0, length=4)
+    dev.load_kernel(0, [
+        dma_load(gmem=0, spad=0), wait(),
+        dma_store(gmem=dst, spad=0), wait(),          # staged, then discarded
+        vcmp(addr=0, lane=0, op=CmpOp.GT, imm=10, flag=2),   # 5 > 10: F2 = 0, guess was 1
+        wait(compute=True),                           # the miss lands while waiting here
+        dma_store(gmem=dst, spad=0), wait(),          # never reached
+        ret(),
+    ], part=0)
+    _load_speculative(dev, [assume(2, 0, expect=True), call(0), commit(), mark(1), done()],
+                      [mark(2), done()])
+    dev.clear_counters()
+    dev.start()
+    dev.wait_done(timeout_cycles=20_000, poll_cycles=16)
+    assert int(dev.regs.MARK.read().value) == 2
+    assert dev.read_window("GMEM", dst * wb, wb) == bytes(wb)
+    ctr = dev.counters()
+    assert ctr["spec_misses"] == 1 and ctr["micro_retired"] == 5
+
+
+SCENARIOS += [matmul_requant, vector_flags_steer_the_plan, speculation_miss_on_vcmp]

@@ -1,0 +1,698 @@
+"""The compute unit: executes compute micro-instructions against the scratchpad.
+
+It owns the MAC array (:class:`~fusetile.hdl.mac_array.MacArray`), the requantiser and
+the vector ALU (:mod:`fusetile.hdl.vector`) and the vector configuration registers, and
+reads and writes the scratchpad through three ports: ``a`` and ``b`` (operand reads) and
+``w`` (result writes).
+
+Every operation is a stream of *steps* through a three-part pipeline:
+
+1. *issue*: the step's reads are presented on ``a`` (and ``b``); a read answered with
+   ``stall`` is presented again in the next cycle, a performed read of a step whose
+   other read stalled is kept in a hold register (so that ``a`` and ``b`` hitting the
+   same bank cannot starve ``b`` forever);
+2. *data*, the cycle after the step's last read: the words go to the MAC array (MATMUL),
+   the vector ALU (VADD, VPOOL, VCLAMP, VCMP, VARGMAX), the requantiser (REQUANT) or the
+   operand buffer (ACC_BIAS, REQUANT's per-channel table);
+3. *write*: the requantiser and the vector ALU have a fixed latency and no
+   backpressure, so each result is written to ``w`` in the cycle it appears.
+
+Faults are precise in program order (for each output: its inputs, then the output): a
+read outside the partition stops the issue stage, every earlier result still in the
+pipeline is written (a write fault among them is the one reported), then the unit
+stops. A write answered with ``stall`` (which the tile never does) squashes the pipeline
+and restarts the operation from the output that was not written.
+"""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from ..kernels.isa import MicroOp, MicroArgs, FaultCause, VectorCfg
+from .mac_array import MacArray
+from .scratchpad import SpadPortSignature
+from .vector import Requantizer, VectorAlu, VectorOp, VectorRegs
+
+
+__all__ = ["ComputeCommand", "ComputeUnit"]
+
+
+class ComputeCommand(data.Struct):
+    """One compute micro-instruction, as the kernel sequencer hands it over."""
+    op:   MicroOp      #: MATMUL, ACC_BIAS, REQUANT, VADD, VPOOL, VCLAMP, VCMP, VARGMAX, VCFG
+    args: MicroArgs    #: the micro-instruction's operands (the member named after ``op``)
+    part: 4            #: the calling slot's scratchpad partition
+
+
+_ADDR_BITS = 17     # a 16-bit offset plus one bit: an offset that ran past 2**16 is
+                    # seen (and faults) instead of aliasing. Addresses grow monotonically
+                    # from a checked one by at most 2**16, so one extra bit is enough.
+
+
+def _shift_reg(m, name, length, data_in, clear):
+    """A ``length``-bit shift register (bit 0 in first); returns (register, last bit)."""
+    reg = Signal(length, name=name)
+    m.d.sync += reg.eq(Cat(data_in, reg[:-1]))
+    with m.If(clear):
+        m.d.sync += reg.eq(0)
+    return reg, reg[-1]
+
+
+class ComputeUnit(wiring.Component):
+    """Executes MATMUL, ACC_BIAS, REQUANT, VADD, VPOOL, VCLAMP, VCMP, VARGMAX and VCFG.
+
+    Semantics are those of ``docs/isa.md`` / :mod:`fusetile.kernels.isa`, bit-exact
+    against :mod:`fusetile.kernels.arith`.
+
+    *Commands.* ``cmd.ready`` = ``~busy & ~fault & ~abort``: one command is executed at
+    a time, and the next one may be accepted in the cycle ``busy`` falls. ``busy`` is
+    high from the cycle after a command is accepted until (excluding) the first cycle in
+    which all its effects are visible: the last result written, the MAC pipeline drained (ACC holds
+    every step), the flag or index register written, or ``fault`` high. VCFG, a no-op
+    (MATMUL with ``k`` = 0, VADD / VPOOL / VCLAMP with ``n`` = 0) and an illegal command
+    complete in the cycle they are accepted (``busy`` stays low; VCFG's register and
+    ``fault`` change at the end of that cycle).
+
+    Cycles of ``busy`` with no stalls (R = rows, W = ``word_bytes``):
+
+    =========  =========================================================
+    MATMUL     ``k + 3`` (one step per cycle)
+    ACC_BIAS   ``ceil(4R / W) + 1``
+    REQUANT    ``R + 7``; per-channel ``ceil(8R / W) + 2`` more (the table is
+               read first)
+    VADD       ``n + 9``
+    VCLAMP     ``n + 9``
+    VPOOL      ``n * window + 9``
+    VCMP       words read ``+ 9`` (1 word without ``reduce``)
+    VARGMAX    ``ceil(n / W) + 9``
+    VCFG       0
+    =========  =========================================================
+
+    Each stalled read adds a cycle. Reads of ``a`` and ``b`` in the same bank in the
+    same cycle make ``b`` stall, so a MATMUL or VADD whose two operands are always in
+    the same bank takes two cycles per step (the compiler should put them in different
+    banks, e.g. ``b_addr - a_addr`` odd with unit strides).
+
+    Overlap: reads run up to 9 words ahead of writes, so an output may overwrite an
+    input of the same operation only if that input has been read already: exactly in
+    place (VADD, VCLAMP output = an input) is fine, as is any layout in which no input
+    word is read after an output overwrote it; other overlaps give results that depend
+    on timing (the model reads every input first).
+
+    *Faults.*
+
+    * ILLEGAL_MICRO (on acceptance, nothing is done): an opcode that is not a compute
+      operation, VPOOL with ``window`` 0, VARGMAX with ``n`` 0, VCFG of a register other
+      than the 8 of :class:`~fusetile.kernels.isa.VectorCfg`. ``fault_addr`` = the low
+      32 bits of the micro-instruction (``op``, two 0 bits, ``args``), ``fault_part`` 0.
+    * PARTITION: the first access (in program order: for each output its inputs, then
+      the output) outside the partition; ``fault_addr`` = its offset (offsets past
+      0xFFFF included), ``fault_part`` = ``part``. Outputs before it are written (MATMUL
+      steps before it are in ACC), none after it; ACC_BIAS does not change ACC, a
+      per-channel REQUANT whose table faults writes nothing, VCMP / VARGMAX write no
+      register.
+
+    ``fault`` stays high (``cmd.ready`` low) until ``abort``. ``abort`` drops the
+    current command in that cycle (no access made, the MAC array aborted too: ACC keeps
+    the steps already added), clears the fault and makes the unit idle; results still
+    in the vector pipelines are discarded, so a command may be accepted the next cycle.
+
+    *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command. ``a.we`` and ``b.we``
+    are 0, ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``
+    against ``b``: that would starve a step whose two reads meet in one bank);
+    ``rdata`` is used only in the cycle after a performed read. ``w`` is expected never to stall; if
+    it does, the operation restarts from the output that was not written (correct for
+    every operation whose output does not overlap its inputs other than in place).
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``rows`` x ``cols`` MAC array, ``word_bytes`` lanes per word.
+
+    Attributes
+    ----------
+    cmd : In(stream.Signature(ComputeCommand))
+        Commands, valid/ready.
+    a, b : Out(SpadPortSignature(config))
+        Operand reads: MATMUL and VADD read their ``a`` and ``b`` operands on ``a`` and
+        ``b``; every other read (ACC_BIAS, the per-channel REQUANT table, VPOOL,
+        VCLAMP, VCMP, VARGMAX) is made on ``a``.
+    w : Out(SpadPortSignature(config))
+        Result writes (REQUANT, VADD, VPOOL, VCLAMP).
+    busy : Out(1)
+        A command is in progress (see above).
+    fault : Out(1)
+        Sticky: the unit stopped on a fault. Cleared by ``abort``.
+    fault_cause : Out(FaultCause)
+        PARTITION or ILLEGAL_MICRO while ``fault``; NONE otherwise.
+    fault_addr : Out(32)
+    fault_part : Out(4)
+    abort : In(1)
+        Drop the current command at once, clear the fault.
+    flag_we : Out(1)
+        One-cycle pulse: VCMP writes ``flag_value`` to flag register ``flag_sel``.
+    flag_sel : Out(3)
+    flag_value : Out(1)
+    index_we : Out(1)
+        One-cycle pulse: VARGMAX writes ``index_value`` to index register ``index_sel``.
+    index_sel : Out(2)
+    index_value : Out(16)
+    vector_regs : Out(VectorRegs)
+        The vector configuration registers (VCFG); reset values 0 except LO = -128,
+        HI = 127. They persist across commands; ``abort`` does not change them.
+    mac_busy : Out(1)
+        Counter event: a MATMUL is in progress (``busy`` with MATMUL).
+    vec_busy : Out(1)
+        Counter event: ACC_BIAS, REQUANT or a vector operation is in progress.
+    macs : Out(range(rows * cols + 1))
+        Counter event: multiply-accumulates done this cycle.
+    saturations : Out(range(word_bytes + 1))
+        Counter event: lanes clamped in the result written this cycle (REQUANT lanes
+        ``< cols``, VADD, VPOOL average).
+    stalls : Out(1)
+        Counter event: an access on ``a``, ``b`` or ``w`` was stalled this cycle.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a :class:`TileConfig`.
+    ValueError
+        If ``config.rows`` or ``config.cols`` is larger than ``config.word_bytes``.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        for name in ("rows", "cols"):
+            if getattr(config, name) > config.word_bytes:
+                raise ValueError(f"config.{name} must be at most config.word_bytes "
+                                 f"({config.word_bytes}), not {getattr(config, name)!r}")
+        self._config = config
+        super().__init__({
+            "cmd":         In(stream.Signature(ComputeCommand)),
+            "a":           Out(SpadPortSignature(config)),
+            "b":           Out(SpadPortSignature(config)),
+            "w":           Out(SpadPortSignature(config)),
+            "busy":        Out(1),
+            "fault":       Out(1),
+            "fault_cause": Out(FaultCause),
+            "fault_addr":  Out(32),
+            "fault_part":  Out(4),
+            "abort":       In(1),
+            "flag_we":     Out(1),
+            "flag_sel":    Out(3),
+            "flag_value":  Out(1),
+            "index_we":    Out(1),
+            "index_sel":   Out(2),
+            "index_value": Out(16),
+            "vector_regs": Out(VectorRegs, init={"lo": -128, "hi": 127}),
+            "mac_busy":    Out(1),
+            "vec_busy":    Out(1),
+            "macs":        Out(range(config.rows * config.cols + 1)),
+            "saturations": Out(range(config.word_bytes + 1)),
+            "stalls":      Out(1),
+        })
+
+    @property
+    def config(self):
+        return self._config
+
+    @property
+    def bias_words(self):
+        """Words ACC_BIAS reads: ``ceil(4 * rows / word_bytes)``."""
+        return -(-4 * self._config.rows // self._config.word_bytes)
+
+    @property
+    def table_words(self):
+        """Words of a per-channel REQUANT table: ``ceil(8 * rows / word_bytes)``."""
+        return -(-8 * self._config.rows // self._config.word_bytes)
+
+    def elaborate(self, platform):
+        cfg = self._config
+        R, C, wb = cfg.rows, cfg.cols, cfg.word_bytes
+        word_bits = cfg.word_bits
+        lane_bits = (wb - 1).bit_length()       # word_bytes is a power of two
+        m = Module()
+
+        m.submodules.mac = mac = MacArray(cfg)
+        m.submodules.requant = rq = Requantizer(wb)
+        m.submodules.alu = alu = VectorAlu(cfg)
+        regs = self.vector_regs
+
+        # -- the command being executed ---------------------------------------------------
+        op = Signal(MicroOp)
+        args = Signal(MicroArgs)
+        part = Signal(4)
+        running = Signal()      # accepted, not finished, not faulted
+        load = Signal()         # phase: reading words into `buf` (ACC_BIAS, REQUANT table)
+
+        mm, vpool = args.matmul, args.vpool
+        vclamp, vcmp, vargmax, requant = args.vclamp, args.vcmp, args.vargmax, args.requant
+
+        # -- issue stage --------------------------------------------------------------
+        idx = Signal(16)        # step (MATMUL), word, output (VPOOL) or row (REQUANT)
+        total = Signal(16)      # steps of the current phase
+        win_t = Signal(4)       # VPOOL: word of the window
+        base_a = Signal(_ADDR_BITS)   # streams at base + idx
+        base_b = Signal(_ADDR_BITS)
+        inc_a = Signal(_ADDR_BITS)    # MATMUL a; VPOOL word (o, t)
+        inc_b = Signal(_ADDR_BITS)    # MATMUL b
+        row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
+        a_have = Signal()       # this step's `a` word was read (held in hold_a)
+        b_have = Signal()
+        cap_a = Signal()        # a read performed last cycle goes to the hold register
+        cap_b = Signal()
+        hold_a = Signal(word_bits)
+        hold_b = Signal(word_bits)
+        rfault = Signal()       # a read faulted: issue stopped, pipeline draining
+        rfault_addr = Signal(_ADDR_BITS)
+
+        # -- data stage -------------------------------------------------------------
+        d_valid = Signal()
+        d_hold_a = Signal()
+        d_hold_b = Signal()
+        d_first = Signal()
+        d_last = Signal()
+        d_idx = Signal(16)
+
+        # -- write stage ------------------------------------------------------------
+        w_addr = Signal(_ADDR_BITS)
+        w_stride = Signal(16)
+        w_count = Signal(16)    # outputs written: where a restart resumes
+        w_row = Signal(_ADDR_BITS)    # VPOOL: input word (o, 0) of the next output
+
+        n_buf = max(self.bias_words, self.table_words)
+        buf = Signal(n_buf * word_bits)
+
+        squash = Signal()       # drop every step in flight (abort, fault, restart)
+
+        is_op = {o: Signal(name=f"is_{o.name.lower()}") for o in MicroOp
+                 if o not in (MicroOp.NOP, MicroOp.RET, MicroOp.DMA_LOAD, MicroOp.DMA_STORE,
+                              MicroOp.WAIT)}
+        for o, sig in is_op.items():
+            m.d.comb += sig.eq(op == o)
+        rows_phase = is_op[MicroOp.REQUANT] & ~load
+        incremental = is_op[MicroOp.MATMUL] | is_op[MicroOp.VPOOL]
+
+        issuing = Signal()
+        m.d.comb += issuing.eq(running & ~rfault & (idx != total))
+
+        off_a = Signal(_ADDR_BITS)
+        off_b = Signal(_ADDR_BITS)
+        m.d.comb += [
+            off_a.eq(Mux(incremental, inc_a, base_a + idx)),
+            off_b.eq(Mux(incremental, inc_b, base_b + idx)),
+        ]
+        need_a = ~rows_phase
+        need_b = (is_op[MicroOp.MATMUL] | is_op[MicroOp.VADD]) & ~load
+        want_a = issuing & need_a & ~a_have
+        want_b = issuing & need_b & ~b_have
+        for port, want, off in ((self.a, want_a, off_a), (self.b, want_b, off_b)):
+            m.d.comb += [
+                port.part.eq(part),
+                port.offset.eq(off[:16]),
+                port.en.eq(want & ~off[16]),
+                port.we.eq(0),
+            ]
+        a_done = Signal()
+        b_done = Signal()
+        a_bad = Signal()
+        b_bad = Signal()
+        a_performed = self.a.en & ~self.a.fault & ~self.a.stall
+        b_performed = self.b.en & ~self.b.fault & ~self.b.stall
+        m.d.comb += [
+            a_bad.eq(want_a & (off_a[16] | self.a.fault)),
+            b_bad.eq(want_b & (off_b[16] | self.b.fault)),
+            a_done.eq(~need_a | a_have | a_performed),
+            b_done.eq(~need_b | b_have | b_performed),
+        ]
+        advance = Signal()
+        m.d.comb += advance.eq(issuing & a_done & b_done & ~a_bad & ~b_bad)
+
+        vpool_last_t = win_t == vpool.window - 1
+        first = Signal()
+        last = Signal()
+        with m.If(is_op[MicroOp.VPOOL]):
+            m.d.comb += [first.eq(win_t == 0), last.eq(vpool_last_t)]
+        with m.Elif(is_op[MicroOp.MATMUL]):
+            m.d.comb += first.eq((idx == 0) & ~mm.accumulate)
+        with m.Else():
+            m.d.comb += [first.eq(idx == 0), last.eq(idx == total - 1)]
+
+        # ACC row readout for REQUANT: registered, so it arrives with the data stage.
+        m.d.comb += mac.row.eq(idx)
+
+        m.d.sync += [
+            cap_a.eq(a_performed & ~advance),
+            cap_b.eq(b_performed & ~advance),
+            d_valid.eq(advance),
+            d_hold_a.eq(a_have),
+            d_hold_b.eq(b_have),
+            d_first.eq(first),
+            d_last.eq(last),
+            d_idx.eq(idx),
+        ]
+        with m.If(cap_a):
+            m.d.sync += hold_a.eq(self.a.rdata)
+        with m.If(cap_b):
+            m.d.sync += hold_b.eq(self.b.rdata)
+
+        with m.If(advance):
+            m.d.sync += [a_have.eq(0), b_have.eq(0)]
+            with m.If(is_op[MicroOp.VPOOL]):
+                with m.If(vpool_last_t):
+                    m.d.sync += [
+                        win_t.eq(0),
+                        idx.eq(idx + 1),
+                        row_addr.eq(row_addr + vpool.in_step),
+                        inc_a.eq(row_addr + vpool.in_step),
+                    ]
+                with m.Else():
+                    m.d.sync += [
+                        win_t.eq(win_t + 1),
+                        inc_a.eq(inc_a + vpool.in_stride),
+                    ]
+            with m.Else():
+                m.d.sync += [
+                    idx.eq(idx + 1),
+                    inc_a.eq(inc_a + mm.a_stride),
+                    inc_b.eq(inc_b + mm.b_stride),
+                ]
+        with m.Elif(issuing):
+            m.d.sync += [
+                a_have.eq(a_have | a_performed),
+                b_have.eq(b_have | b_performed),
+            ]
+            with m.If(a_bad | b_bad):
+                m.d.sync += [
+                    rfault.eq(1),
+                    rfault_addr.eq(Mux(a_bad, off_a, off_b)),
+                    a_have.eq(0),
+                    b_have.eq(0),
+                ]
+
+        # -- data stage ---------------------------------------------------------------
+        word_a = Signal(word_bits)
+        word_b = Signal(word_bits)
+        m.d.comb += [
+            word_a.eq(Mux(d_hold_a, hold_a, self.a.rdata)),
+            word_b.eq(Mux(d_hold_b, hold_b, self.b.rdata)),
+        ]
+
+        # MAC array.
+        m.d.comb += [
+            mac.step.valid.eq(d_valid & is_op[MicroOp.MATMUL]),
+            mac.step.payload.a.eq(word_a),
+            mac.step.payload.b.eq(word_b),
+            mac.step.payload.first.eq(d_first),
+            mac.bias_value.eq(buf[:32 * R]),
+            mac.abort.eq(self.abort),
+        ]
+
+        # Operand buffer (ACC_BIAS: the bias; REQUANT: the per-channel table).
+        with m.If(d_valid & load):
+            with m.Switch(d_idx):
+                for j in range(n_buf):
+                    with m.Case(j):
+                        m.d.sync += buf[j * word_bits:(j + 1) * word_bits].eq(word_a)
+
+        # Requantiser: one ACC row per step.
+        table = Array(buf[64 * i:64 * i + 64] for i in range(R))
+        entry = table[d_idx[:max(1, (R - 1).bit_length())]]
+        rq_in = rq.i.payload
+        m.d.comb += [
+            rq.i.valid.eq(d_valid & rows_phase),
+            rq_in.acc.as_value().eq(mac.acc_row.as_value()),   # lanes >= cols: 0
+            rq_in.mult.eq(Mux(requant.per_channel, entry[:32], regs.mult_a)),
+            rq_in.shift.eq(Mux(requant.per_channel, entry[32:37], regs.shift)),
+            rq_in.zp.eq(regs.zp_out),
+            rq_in.lo.eq(regs.lo),
+            rq_in.hi.eq(regs.hi),
+        ]
+        rq_pipe, rq_out = _shift_reg(m, "rq_pipe", Requantizer.LATENCY,
+                                     d_valid & rows_phase, squash)
+
+        # Vector ALU.
+        vec_op = Signal(VectorOp)
+        with m.Switch(op):
+            for o, v in ((MicroOp.VADD, VectorOp.VADD), (MicroOp.VPOOL, VectorOp.VPOOL),
+                         (MicroOp.VCLAMP, VectorOp.VCLAMP), (MicroOp.VCMP, VectorOp.VCMP),
+                         (MicroOp.VARGMAX, VectorOp.VARGMAX)):
+                with m.Case(o):
+                    m.d.comb += vec_op.eq(v)
+        vector = (is_op[MicroOp.VADD] | is_op[MicroOp.VPOOL] | is_op[MicroOp.VCLAMP] |
+                  is_op[MicroOp.VCMP] | is_op[MicroOp.VARGMAX])
+        writes_word = is_op[MicroOp.VADD] | is_op[MicroOp.VCLAMP]
+        alu_in = alu.i.payload
+        m.d.comb += [
+            alu.i.valid.eq(d_valid & vector),
+            alu_in.op.eq(vec_op),
+            alu_in.a.as_value().eq(word_a),
+            alu_in.b.as_value().eq(word_b),
+            alu_in.first.eq(d_first),
+            alu_in.last.eq(d_last),
+            alu_in.average.eq(vpool.average),
+            alu_in.pairs.eq(vpool.pairs),
+            alu_in.reduce.eq(vcmp.reduce),
+            alu_in.lane.eq(Mux(is_op[MicroOp.VCMP], vcmp.lane,
+                               vargmax.n - 1)[:len(alu_in.lane)]),
+            alu_in.cmp.eq(vcmp.op),
+            alu_in.imm.eq(vcmp.imm),
+            alu_in.lo.eq(vclamp.lo),
+            alu_in.hi.eq(vclamp.hi),
+            alu.regs.eq(regs),
+        ]
+        alu_pipe, alu_out = _shift_reg(m, "alu_pipe", VectorAlu.LATENCY,
+                                       d_valid & vector & (writes_word | d_last), squash)
+
+        # -- write stage ----------------------------------------------------------------
+        result = Signal()       # a result word is due this cycle
+        wdata = Signal(word_bits)
+        sat = Signal(range(wb + 1))
+        rq_value = rq.o.payload.value.as_value()
+        rq_sat = rq.o.payload.saturated
+        with m.If(rows_phase):
+            m.d.comb += [
+                result.eq(rq_out & rq.o.valid),
+                wdata.eq(rq_value[:8 * C]),             # lanes >= cols are 0
+                sat.eq(sum(rq_sat[j] for j in range(C))),
+            ]
+        with m.Else():
+            m.d.comb += [
+                result.eq(alu_out & alu.o.valid & (writes_word | is_op[MicroOp.VPOOL])),
+                wdata.eq(alu.o.payload.word.as_value()),
+                sat.eq(alu.o.payload.sat_count),
+            ]
+        m.d.comb += [
+            self.w.part.eq(part),
+            self.w.offset.eq(w_addr[:16]),
+            self.w.en.eq(result & running & ~w_addr[16]),
+            self.w.we.eq(1),
+            self.w.wdata.eq(wdata),
+        ]
+        w_bad = Signal()
+        w_done = Signal()
+        w_stalled = Signal()
+        m.d.comb += [
+            w_bad.eq(result & running & (w_addr[16] | self.w.fault)),
+            w_done.eq(self.w.en & ~self.w.fault & ~self.w.stall),
+            w_stalled.eq(self.w.en & ~self.w.fault & self.w.stall),
+            self.saturations.eq(Mux(w_done, sat, 0)),
+        ]
+        with m.If(w_done):
+            m.d.sync += [
+                w_addr.eq(w_addr + w_stride),
+                w_count.eq(w_count + 1),
+                w_row.eq(w_row + vpool.in_step),
+            ]
+
+        # Flag and index registers.
+        m.d.comb += [
+            self.flag_we.eq(running & alu_out & alu.o.valid & is_op[MicroOp.VCMP]),
+            self.flag_sel.eq(vcmp.flag),
+            self.flag_value.eq(alu.o.payload.flag),
+            self.index_we.eq(running & alu_out & alu.o.valid & is_op[MicroOp.VARGMAX]),
+            self.index_sel.eq(vargmax.index),
+            self.index_value.eq(alu.o.payload.index),
+        ]
+
+        # -- completion -----------------------------------------------------------------
+        drained = Signal()
+        m.d.comb += drained.eq(running & ~issuing & ~d_valid & ~rq_pipe.any() &
+                               ~alu_pipe.any() & ~mac.busy)
+        last_phase = ~(load & is_op[MicroOp.REQUANT])
+        finishing = Signal()    # the last cycle of a command that completes normally
+        m.d.comb += [
+            finishing.eq(drained & last_phase & ~rfault),
+            # On a fault, `busy` falls in the cycle `fault` rises.
+            self.busy.eq(running & ~finishing),
+            self.mac_busy.eq(self.busy & is_op[MicroOp.MATMUL]),
+            self.vec_busy.eq(self.busy & ~is_op[MicroOp.MATMUL]),
+            self.macs.eq(mac.macs),
+            self.stalls.eq((self.a.en & ~self.a.fault & self.a.stall) |
+                           (self.b.en & ~self.b.fault & self.b.stall) | w_stalled),
+            mac.bias_valid.eq(drained & ~rfault & load & is_op[MicroOp.ACC_BIAS]),
+        ]
+
+        def stop(cause, addr, part_):
+            m.d.sync += [
+                running.eq(0),
+                self.fault.eq(1),
+                self.fault_cause.eq(cause),
+                self.fault_addr.eq(addr),
+                self.fault_part.eq(part_),
+            ]
+
+        with m.If(w_bad):
+            m.d.comb += squash.eq(1)
+            stop(FaultCause.PARTITION, w_addr, part)
+        with m.Elif(w_stalled):
+            # Restart from the output that was not written.
+            m.d.comb += squash.eq(1)
+            m.d.sync += [
+                idx.eq(w_count),
+                win_t.eq(0),
+                row_addr.eq(w_row),
+                inc_a.eq(w_row),
+                rfault.eq(0),
+            ]
+        with m.Elif(drained):
+            with m.If(rfault):
+                stop(FaultCause.PARTITION, rfault_addr, part)
+            with m.Elif(load & is_op[MicroOp.REQUANT]):
+                m.d.sync += [load.eq(0), idx.eq(0), total.eq(R)]
+            with m.Else():
+                m.d.sync += [running.eq(0), load.eq(0)]
+
+        # -- acceptance -----------------------------------------------------------------
+        # The next command may be accepted in the last cycle of the previous one.
+        m.d.comb += self.cmd.ready.eq(~self.busy & ~self.fault & ~self.abort)
+        p = self.cmd.payload
+        pa = p.args
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [
+                op.eq(p.op),
+                args.eq(pa),
+                part.eq(p.part),
+                idx.eq(0),
+                win_t.eq(0),
+                load.eq(0),
+                rfault.eq(0),
+                w_count.eq(0),
+                w_stride.eq(1),
+            ]
+            with m.Switch(p.op):
+                with m.Case(MicroOp.MATMUL):
+                    m.d.sync += [
+                        running.eq(pa.matmul.k != 0),
+                        total.eq(pa.matmul.k),
+                        inc_a.eq(pa.matmul.a_addr),
+                        inc_b.eq(pa.matmul.b_addr),
+                    ]
+                with m.Case(MicroOp.ACC_BIAS):
+                    m.d.sync += [
+                        running.eq(1),
+                        load.eq(1),
+                        total.eq(self.bias_words),
+                        base_a.eq(pa.acc_bias.addr),
+                    ]
+                with m.Case(MicroOp.REQUANT):
+                    rqa = pa.requant
+                    m.d.sync += [
+                        running.eq(1),
+                        load.eq(rqa.per_channel),
+                        total.eq(Mux(rqa.per_channel, self.table_words, R)),
+                        base_a.eq(rqa.param_addr),
+                        w_addr.eq(rqa.out_addr),
+                        w_stride.eq(rqa.out_stride),
+                    ]
+                with m.Case(MicroOp.VADD):
+                    m.d.sync += [
+                        running.eq(pa.vadd.n != 0),
+                        total.eq(pa.vadd.n),
+                        base_a.eq(pa.vadd.a_addr),
+                        base_b.eq(pa.vadd.b_addr),
+                        w_addr.eq(pa.vadd.out_addr),
+                    ]
+                with m.Case(MicroOp.VPOOL):
+                    with m.If(pa.vpool.window == 0):
+                        self._illegal(m, stop, p)
+                    with m.Else():
+                        m.d.sync += [
+                            running.eq(pa.vpool.n != 0),
+                            total.eq(pa.vpool.n),
+                            inc_a.eq(pa.vpool.in_addr),
+                            row_addr.eq(pa.vpool.in_addr),
+                            w_row.eq(pa.vpool.in_addr),
+                            w_addr.eq(pa.vpool.out_addr),
+                        ]
+                with m.Case(MicroOp.VCLAMP):
+                    m.d.sync += [
+                        running.eq(pa.vclamp.n != 0),
+                        total.eq(pa.vclamp.n),
+                        base_a.eq(pa.vclamp.in_addr),
+                        w_addr.eq(pa.vclamp.out_addr),
+                    ]
+                with m.Case(MicroOp.VCMP):
+                    word = pa.vcmp.lane >> lane_bits
+                    m.d.sync += [
+                        running.eq(1),
+                        total.eq(Mux(pa.vcmp.reduce, word + 1, 1)),
+                        base_a.eq(pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
+                    ]
+                with m.Case(MicroOp.VARGMAX):
+                    with m.If(pa.vargmax.n == 0):
+                        self._illegal(m, stop, p)
+                    with m.Else():
+                        m.d.sync += [
+                            running.eq(1),
+                            total.eq(((pa.vargmax.n - 1) >> lane_bits) + 1),
+                            base_a.eq(pa.vargmax.addr),
+                        ]
+                with m.Case(MicroOp.VCFG):
+                    value = pa.vcfg.value
+                    with m.Switch(pa.vcfg.reg):
+                        for reg, field in ((VectorCfg.MULT_A, regs.mult_a),
+                                           (VectorCfg.MULT_B, regs.mult_b),
+                                           (VectorCfg.SHIFT, regs.shift),
+                                           (VectorCfg.ZP_A, regs.zp_a),
+                                           (VectorCfg.ZP_B, regs.zp_b),
+                                           (VectorCfg.ZP_OUT, regs.zp_out),
+                                           (VectorCfg.LO, regs.lo),
+                                           (VectorCfg.HI, regs.hi)):
+                            with m.Case(reg):
+                                m.d.sync += field.eq(value[:len(field)])
+                        with m.Default():
+                            self._illegal(m, stop, p)
+                with m.Default():
+                    self._illegal(m, stop, p)
+
+        # -- abort wins over everything -------------------------------------------------
+        with m.If(self.abort):
+            m.d.comb += squash.eq(1)
+            m.d.sync += [
+                running.eq(0),
+                load.eq(0),
+                self.fault.eq(0),
+                self.fault_cause.eq(FaultCause.NONE),
+            ]
+        with m.If(squash):
+            m.d.sync += [
+                d_valid.eq(0),
+                a_have.eq(0),
+                b_have.eq(0),
+            ]
+        # Nothing of an aborted command reaches the scratchpad in the abort cycle. A
+        # flag or index written in that cycle still lands: the control unit may be
+        # aborting *because* of that flag (a speculation guard failing), and gating it
+        # on abort would be a combinational loop.
+        with m.If(self.abort):
+            m.d.comb += [self.a.en.eq(0), self.b.en.eq(0), self.w.en.eq(0)]
+        return m
+
+    @staticmethod
+    def _illegal(m, stop, payload):
+        # The fault address of an illegal micro-instruction is its low 32 bits, as the
+        # control unit reports for the opcodes it decodes itself.
+        stop(FaultCause.ILLEGAL_MICRO, Cat(payload.op, Const(0, 2), payload.args)[:32], 0)
