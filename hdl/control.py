@@ -531,6 +531,27 @@ class ControlUnit(wiring.Component):
         m.d.comb += stop.eq(fault & ~(self.speculating & (fault_cause != FaultCause.WATCHDOG) &
                                       (fault_cause != FaultCause.ABORTED)))
 
+        def abandon():
+            """What a miss and a stop share: nothing this cycle retires or is issued,
+            the units are aborted, staged stores are dropped, and a call cut short is
+            still traced, marked as faulted."""
+            m.d.comb += [
+                take_swap.eq(0),
+                self.events.inference.eq(0),
+                self.events.branch.eq(0),
+                self.events.micro_retired.eq(0),
+                self.events.plan_retired.eq(0),
+                self.events.call_done.eq(0),
+                self.events.spec_hit.eq(0),
+                self.dma_push.valid.eq(0),
+                self.compute_cmd.valid.eq(0),
+                self.staging_publish.eq(0),
+                self.staging_discard.eq(1),
+                self.dma_abort.eq(1),
+                self.trace_push.eq(self.in_kernel),
+                record.faulted.eq(1),
+            ]
+
         with m.If(miss & ~stop):
             m.d.sync += [
                 rolling_back.eq(1),
@@ -538,25 +559,8 @@ class ControlUnit(wiring.Component):
                 self.exec_bank.eq(~self.exec_bank), self.plan_pc.eq(resume_pc),
                 state.eq(_State.PLAN_FETCH),
             ]
-            m.d.comb += [
-                take_swap.eq(0),
-                self.events.inference.eq(0),
-                self.events.branch.eq(0),
-                self.events.spec_miss.eq(1),
-                self.events.rollback.eq(1),
-                self.staging_discard.eq(1),
-                self.dma_abort.eq(1),
-                # A call abandoned by a miss is still traced, marked as faulted.
-                self.trace_push.eq(self.in_kernel),
-                record.faulted.eq(1),
-                self.events.micro_retired.eq(0),
-                self.events.plan_retired.eq(0),
-                self.events.call_done.eq(0),
-                self.dma_push.valid.eq(0),
-                self.compute_cmd.valid.eq(0),
-                self.staging_publish.eq(0),
-                self.events.spec_hit.eq(0),
-            ]
+            abandon()
+            m.d.comb += [self.events.spec_miss.eq(1), self.events.rollback.eq(1)]
 
         with m.If(stop):
             m.d.sync += [
@@ -570,24 +574,10 @@ class ControlUnit(wiring.Component):
                 self.fault_pc.eq(self.plan_pc), self.fault_upc.eq(self.micro_pc),
                 state.eq(_State.FAULT),
             ]
+            abandon()
             m.d.comb += [
-                take_swap.eq(0),
-                self.events.inference.eq(0),
-                self.events.branch.eq(0),
                 self.events.fault.eq(1),
                 self.events.spec_miss.eq(0),
                 self.events.spec_fault.eq(0),
-                self.dma_abort.eq(1),
-                self.staging_discard.eq(1),
-                # A call cut short by a fault is still traced, marked as faulted.
-                self.trace_push.eq(self.in_kernel),
-                record.faulted.eq(1),
-                self.events.micro_retired.eq(0),
-                self.events.plan_retired.eq(0),
-                self.events.call_done.eq(0),
-                self.dma_push.valid.eq(0),
-                self.compute_cmd.valid.eq(0),
-                self.staging_publish.eq(0),
-                self.events.spec_hit.eq(0),
             ]
         return m
