@@ -820,7 +820,9 @@ class TileModel:
                     ev.stall_compute = 1
                 else:
                     try:
-                        extra, unit, self._pending_flag = self._execute(op, f, bits)
+                        extra, unit, flag = self._execute(op, f, bits)
+                        if flag is not None:
+                            self._pending_flag = flag
                     except _Fault as e:
                         seq_fault = (e.cause, e.addr, e.part)
                     else:
