@@ -127,12 +127,11 @@ class _KernelBuilder:
         self.body = []
         self.pending = []           # DMAs that may be in flight: (token, is_load, words)
         self.compute = None         # (reads, writes) of the compute op that may be running
-        self.last_vcmp = False      # ... and whether it is a VCMP
 
     # -- hazards ---------------------------------------------------------------------
     def drain(self):
         self.body += [wait(compute=True), wait()]
-        self.pending, self.compute, self.last_vcmp = [], None, False
+        self.pending, self.compute = [], None
 
     def _dma(self, instr, store, words, token):
         if self.speculative and store:
@@ -142,7 +141,7 @@ class _KernelBuilder:
             reads, writes = self.compute
             if words & (writes if store else reads | writes):
                 self.body.append(wait(compute=True))
-                self.compute, self.last_vcmp = None, False
+                self.compute = None
         self.body.append(instr)
         self.pending.append((token, not store, words))
         if self.speculative and store:
@@ -157,7 +156,6 @@ class _KernelBuilder:
             self.pending = [p for p in self.pending if p[0] not in tokens]
         self.body.append(instr)
         self.compute = (reads, writes)
-        self.last_vcmp = MicroInstr.from_bits(instr).op == MicroOp.VCMP
 
     # -- places ------------------------------------------------------------------------
     def _place(self, size, avoid=frozenset(), tries=20):
@@ -327,7 +325,7 @@ class _KernelBuilder:
             self.drain()
             self._compute(instr, reads, set())
             self.body.append(wait(compute=True))
-            self.compute, self.last_vcmp = None, False
+            self.compute = None
         else:
             self._compute(instr, reads, set())
 
@@ -362,7 +360,7 @@ class _KernelBuilder:
         on_compute = rng.random() < 0.4
         self.body.append(wait(tokens, compute=on_compute))
         if on_compute:
-            self.compute, self.last_vcmp = None, False
+            self.compute = None
         mask = tokens or (0 if on_compute else 0xF)
         self.pending = [p for p in self.pending if not mask >> p[0] & 1]
 
