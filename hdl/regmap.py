@@ -27,7 +27,7 @@ from .registers import Access, Field, Register, Counter, Window, MemoryMap
 __all__ = [
     "MAGIC", "VERSION", "CSR_BASE", "CSR_SPAN", "PLAN_BASE", "SLOT_BASE", "GMEM_BASE",
     "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "BANK_COUNTERS", "TRACE_WORDS",
-    "tile_memory_map", "hwcfg_values", "config_from_hwcfg",
+    "tile_memory_map", "bus_regions", "hwcfg_values", "config_from_hwcfg",
 ]
 
 
@@ -273,6 +273,20 @@ def tile_memory_map(config):
                          "Global memory (host port of the dual-ported GMEM)."), GMEM_BASE)
     assert mm.size <= 1 << ADDR_WIDTH
     return mm
+
+
+def bus_regions(config):
+    """The regions the bus decoder routes, {name: (base, size)} in bytes: the CSRs, both
+    plan banks, all kernel slots, GMEM (sizes are powers of two, as the decoder wants)."""
+    mm = tile_memory_map(config)
+    plan_span = mm["PLAN[1]"].addr - mm["PLAN[0]"].addr
+    slot_span = mm["KERNEL[0]"].item.span
+    return {
+        "csr": (CSR_BASE, CSR_SPAN),
+        "plan": (PLAN_BASE, 2 * plan_span),
+        "kernel": (SLOT_BASE, _pow2_ceil(config.kernel_slots * slot_span)),
+        "gmem": (GMEM_BASE, GMEM_SPAN),
+    }
 
 
 def hwcfg_values(config):

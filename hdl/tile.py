@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from . import wishbone
 from ..kernels.isa import FLAGS, INDEX_REGS
-from .regmap import (tile_memory_map, hwcfg_values, COUNTERS, SLOT_COUNTERS, BRANCH_COUNTERS,
-                     BANK_COUNTERS, ADDR_WIDTH, CSR_BASE, CSR_SPAN, PLAN_BASE, SLOT_BASE, GMEM_BASE, GMEM_SPAN)
+from .regmap import (tile_memory_map, bus_regions, hwcfg_values, COUNTERS, SLOT_COUNTERS,
+                     BRANCH_COUNTERS, BANK_COUNTERS, ADDR_WIDTH, CSR_SPAN)
 from .csr import CsrBank
 from .counters import PerfCounters
 from .trace import TraceFifo
@@ -23,10 +23,6 @@ from .compute import ComputeUnit
 
 
 __all__ = ["Tile"]
-
-
-def _pow2_ceil(n):
-    return 1 << (n - 1).bit_length()
 
 
 class Tile(wiring.Component):
@@ -76,13 +72,9 @@ class Tile(wiring.Component):
         m.submodules.counters = counters = PerfCounters(counter_names, inc_width=16)
 
         # -- bus fabric -------------------------------------------------------------
-        plan_span = mm["PLAN[1]"].addr - mm["PLAN[0]"].addr
-        slot_span = mm["KERNEL[0]"].item.span
         m.submodules.decoder = dec = wishbone.Decoder(addr_width=ADDR_WIDTH - 2)
-        dec.add("csr", addr=CSR_BASE, size=CSR_SPAN)
-        dec.add("plan", addr=PLAN_BASE, size=2 * plan_span)
-        dec.add("kernel", addr=SLOT_BASE, size=_pow2_ceil(cfg.kernel_slots * slot_span))
-        dec.add("gmem", addr=GMEM_BASE, size=GMEM_SPAN)
+        for name, (base, size) in bus_regions(cfg).items():
+            dec.add(name, addr=base, size=size)
         wiring.connect(m, wiring.flipped(self.bus), dec.bus)
         wiring.connect(m, dec.sub("csr"), csr.bus)
         wiring.connect(m, dec.sub("plan"), plans.bus)

@@ -6,12 +6,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.isa import TraceRecord
+from .regmap import TRACE_WORDS
 
 
 __all__ = ["TraceFifo", "TRACE_WORDS"]
 
 
-TRACE_WORDS = TraceRecord.as_shape().size // 32
 
 
 class TraceFifo(wiring.Component):

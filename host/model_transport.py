@@ -18,16 +18,12 @@ first, answered in the second, as on the RTL) and :meth:`wait_cycles` runs the m
 from ..kernels.config import TileConfig
 from ..kernels.model import TileModel
 from ..hdl.registers import Access
-from ..hdl.regmap import (tile_memory_map, hwcfg_values, CSR_BASE, CSR_SPAN, PLAN_BASE,
-                          SLOT_BASE, GMEM_BASE, GMEM_SPAN)
+from ..hdl.regmap import (tile_memory_map, bus_regions, hwcfg_values, CSR_BASE, CSR_SPAN,
+                          PLAN_BASE, SLOT_BASE, GMEM_BASE, GMEM_SPAN)
 from .transport import Transport, register_transport
 
 
 __all__ = ["ModelTransport"]
-
-
-def _pow2_ceil(n):
-    return 1 << (n - 1).bit_length()
 
 
 _W1_PULSES = {("CTRL", "start"): "start", ("CTRL", "swap"): "swap",
@@ -82,7 +78,7 @@ class ModelTransport(Transport):
                 self._csr[entry.addr + 4] = ("hi", entry.item.name)
         self._plan_span = mm["PLAN[1]"].addr - mm["PLAN[0]"].addr
         self._slot_span = mm["KERNEL[0]"].item.span
-        self._kernel_window = _pow2_ceil(config.kernel_slots * self._slot_span)
+        self._kernel_window = bus_regions(config)["kernel"][1]
 
     @property
     def cycles(self):
