@@ -100,7 +100,9 @@ class ComputeUnit(wiring.Component):
     word is read after an output overwrote it; other overlaps give results that depend
     on timing (the model reads every input first).
 
-    *Faults.*
+    *Faults.* In the tile the control unit's operand check
+    (:mod:`fusetile.hdl.operands`) faults an instruction before it gets here, so these
+    are a second line of defence that keeps the unit safe on its own.
 
     * ILLEGAL_MICRO (on acceptance, nothing is done): an opcode that is not a compute
       operation, VPOOL with ``window`` 0, VARGMAX with ``n`` 0, VCFG of a register other

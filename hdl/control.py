@@ -1,7 +1,7 @@
 """The control unit: runs a plan from the active plan bank and, for each CALL, the
 kernel in a slot, micro-instruction by micro-instruction."""
 
-from amaranth.hdl import Module, Signal, Mux
+from amaranth.hdl import Cat, Module, Signal, Mux
 from amaranth.lib import wiring, data, enum, stream
 from amaranth.lib.wiring import In, Out
 
@@ -10,6 +10,7 @@ from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, Faul
     TraceRecord, FLAGS, INDEX_REGS
 from .dma_queue import QueuedDmaCommand
 from .compute import ComputeCommand
+from .operands import OperandCheck
 
 
 __all__ = ["ControlUnit", "ControlEvents"]
@@ -96,10 +97,16 @@ class ControlUnit(wiring.Component):
         Compute micro-instructions (MATMUL, vector ops), to the compute unit.
     compute_busy : In(1)
         The compute unit is executing (WAIT with ``compute`` and RET wait for it).
+    part_limit : In(17)
+        The number of offsets inside the executing slot's partition (the scratchpad's
+        ``query_limit``), for the operand check of compute micro-instructions.
     compute_fault : In(1)
     compute_fault_cause : In(FaultCause)
     compute_fault_addr : In(32)
     compute_fault_part : In(4)
+        A fault the compute unit raised. The operand check makes every compute fault
+        the control unit's own, raised before the instruction issues; the compute
+        unit's checks stay as a second line (a fault from it would be imprecise).
     mac_busy, vec_busy : In(1)
         The compute unit's MAC array / vector unit is busy (for trace records).
     dma_busy, dma_fault : In(1)
@@ -161,7 +168,7 @@ class ControlUnit(wiring.Component):
             "dma_push": Out(stream.Signature(QueuedDmaCommand)),
             "dma_outstanding": In(4),
             "compute_cmd": Out(stream.Signature(ComputeCommand)),
-            "compute_busy": In(1),
+            "compute_busy": In(1), "part_limit": In(17),
             "compute_fault": In(1), "compute_fault_cause": In(FaultCause),
             "compute_fault_addr": In(32), "compute_fault_part": In(4),
             "mac_busy": In(1), "vec_busy": In(1),
@@ -299,6 +306,23 @@ class ControlUnit(wiring.Component):
         # An explicit state register rather than m.FSM: faults and misses from any
         # state are one override at the end instead of a check in every state.
         state = Signal(_State)
+
+        # -- the operand check of compute micro-instructions ------------------------------
+        m.submodules.operand_check = check = OperandCheck(cfg)
+        m.d.comb += [check.op.eq(micro.op), check.args.eq(micro.args)]
+        checked = Signal()          # the instruction in MICRO_EXEC has been checked
+        check_illegal = Signal()
+        check_used = Signal.like(check.used)
+        check_ends = Signal.like(check.ends)
+        with m.If(state != _State.MICRO_EXEC):
+            m.d.sync += checked.eq(0)
+        outside = Signal(len(check_used))
+        outside_end = Signal(32)    # the end of the first operand outside the partition
+        m.d.comb += outside.eq(Cat(check_used[i] & (check_ends[i] >= self.part_limit)
+                                   for i in range(len(check_used))))
+        for i in reversed(range(len(check_used))):
+            with m.If(outside[i]):
+                m.d.comb += outside_end.eq(check_ends[i])
         miss = Signal()
         rolling_back = Signal()     # from a miss until the fallback's first instruction
         with m.If(state == _State.PLAN_EXEC):
@@ -459,19 +483,32 @@ class ControlUnit(wiring.Component):
                     with m.Case(MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT,
                                 MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP,
                                 MicroOp.VARGMAX, MicroOp.VCFG):
-                        # The compute unit runs beside the sequencer, which only waits
-                        # for it when it is still busy with the previous one.
+                        # The first cycle registers the operand check. The compute unit
+                        # runs beside the sequencer, which only waits for it when it is
+                        # still busy with the previous instruction; an instruction that
+                        # fails its check faults when it would issue, so everything
+                        # before it has completed and nothing of it has happened.
                         m.d.comb += [
                             self.compute_cmd.payload.op.eq(micro.op),
                             self.compute_cmd.payload.args.eq(micro.args),
                             self.compute_cmd.payload.part.eq(part),
                         ]
-                        with m.If(~fault):
-                            m.d.comb += self.compute_cmd.valid.eq(1)
-                            with m.If(self.compute_cmd.ready):
+                        with m.If(~checked):
+                            m.d.sync += [checked.eq(1), check_illegal.eq(check.illegal),
+                                         check_used.eq(check.used), check_ends.eq(check.ends)]
+                        with m.Elif(self.compute_busy):
+                            # (not ~compute_cmd.ready: that depends on the abort a
+                            # fault raised here would cause)
+                            m.d.comb += self.events.stall_compute.eq(1)
+                        with m.Elif(check_illegal):
+                            raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
+                        with m.Elif(outside.any()):
+                            raise_fault(FaultCause.PARTITION, outside_end, part)
+                        with m.Else():
+                            # (a nested If: `fault` depends on the Elifs above)
+                            with m.If(~fault):
+                                m.d.comb += self.compute_cmd.valid.eq(1)
                                 micro_next()
-                            with m.Else():
-                                m.d.comb += self.events.stall_compute.eq(1)
                     with m.Case(MicroOp.WAIT):
                         tokens = micro.args.wait.tokens
                         on_compute = micro.args.wait.compute

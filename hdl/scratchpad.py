@@ -18,7 +18,7 @@ presents its access again.
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Signal, Array, Cat
+from amaranth.hdl import Module, Signal, Array, Cat, Mux
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -118,6 +118,11 @@ class Scratchpad(wiring.Component):
         First scratchpad word of each partition (from the partition table CSRs).
     part_len : In(data.ArrayLayout(16, partitions))
         Length of each partition in words.
+    query_part : In(4)
+    query_limit : Out(17)
+        Combinational: the number of offsets inside partition ``query_part`` (an
+        access at offset ``o`` is inside exactly when ``o < query_limit``): its length,
+        cut at the end of the scratchpad; 0 for a partition that does not exist.
     a, b : In(SpadPortSignature(config))
         The compute unit's operand ports (it only reads through them); ``a`` has the
         highest priority.
@@ -151,6 +156,8 @@ class Scratchpad(wiring.Component):
         members = {
             "part_base":   In(data.ArrayLayout(16, config.partitions)),
             "part_len":    In(data.ArrayLayout(16, config.partitions)),
+            "query_part":  In(4),
+            "query_limit": Out(17),
             "bank_reads":  Out(config.spad_banks),
             "bank_writes": Out(config.spad_banks),
             "conflicts":   Out(range(len(self.PORTS) + 1)),
@@ -163,15 +170,25 @@ class Scratchpad(wiring.Component):
     def config(self):
         return self._config
 
+    def _limit(self, m, name, part):
+        """The number of offsets inside partition ``part``: the one definition of a
+        partition's extent, for the ports and for ``query_limit``."""
+        cfg = self._config
+        base = self.part_base[part]
+        length = self.part_len[part]
+        room = Signal(17, name=f"{name}_room")      # words from base to the end
+        limit = Signal(17, name=f"{name}_limit")
+        m.d.comb += room.eq(Mux(base < cfg.spad_words, cfg.spad_words - base, 0))
+        with m.If(part < cfg.partitions):
+            m.d.comb += limit.eq(Mux(length < room, length, room))
+        return limit
+
     def _decode(self, m, name, port):
         """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``."""
         cfg = self._config
-        part_ok = port.part < cfg.partitions
-        base = self.part_base[port.part]
-        length = self.part_len[port.part]
         word = Signal(17, name=f"{name}_word")
-        m.d.comb += word.eq(base + port.offset)
-        outside = ~part_ok | (port.offset >= length) | (word >= cfg.spad_words)
+        m.d.comb += word.eq(self.part_base[port.part] + port.offset)
+        outside = port.offset >= self._limit(m, name, port.part)
         inside = Signal(name=f"{name}_inside")
         m.d.comb += [
             port.fault.eq(port.en & outside),
@@ -245,6 +262,7 @@ class Scratchpad(wiring.Component):
             m.d.comb += req.port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
 
         m.d.comb += [
+            self.query_limit.eq(self._limit(m, "query", self.query_part)),
             self.bank_reads.eq(Cat(rp.en for _, rp in mems)),
             self.bank_writes.eq(Cat(wp.en for wp, _ in mems)),
             self.conflicts.eq(sum(stalls)),

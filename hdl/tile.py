@@ -195,7 +195,11 @@ class Tile(wiring.Component):
         # Partition and slot tables. The entries a running kernel depends on cannot be
         # rewritten under it: such writes are refused like writes to an executing slot.
         executing_part = Signal(4)
-        m.d.comb += executing_part.eq(ctrl.slot_part[ctrl.slot])
+        m.d.comb += [
+            executing_part.eq(ctrl.slot_part[ctrl.slot]),
+            spad.query_part.eq(executing_part),
+            ctrl.part_limit.eq(spad.query_limit),
+        ]
         for i in range(cfg.partitions):
             m.d.comb += [
                 spad.part_base[i].eq(f[f"PART[{i}]"]["base"]),

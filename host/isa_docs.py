@@ -194,7 +194,8 @@ _DATA = """\
 * **Scratchpad addresses** in micro-instructions are offsets inside the partition the
   calling slot is bound to (`SLOT[k].part`). Every access is checked against the
   partition: an access outside it faults with `PARTITION` and writes nothing, so a
-  kernel never touches a neighbour's data.
+  kernel never touches a neighbour's data. A compute instruction is checked whole
+  before it starts (see *Faults*).
 * **GMEM addresses** in DMA instructions are absolute, or relative to the CALL's
   argument `a` (`arg0+N`) or `b` (`arg1+N`), so one kernel serves many tensors.
 * **The accumulator** `ACC` is an `R` x `C` array of int32 next to the MAC array
@@ -433,7 +434,18 @@ def markdown():
     w("")
     w("Illegal micro-instructions (`ILLEGAL_MICRO`): a reserved opcode or an operand "
       "out of its range (a reserved `gmem` base, `vpool` with `window` 0, `vargmax` "
-      "with `n` 0).")
+      "with `n` 0, `vcfg` of a register that does not exist).")
+    w("")
+    w("**Compute faults are precise.** The operands of a compute instruction are "
+      "affine streams of scratchpad offsets, so the control unit knows before it issues "
+      "the instruction the end (largest offset) of each one (`kernels/operands.py`). "
+      "An instruction with an illegal operand, or with an operand whose end lies outside "
+      "the partition, faults when it would issue (the compute unit has finished the "
+      "instruction before it): it has done nothing, it is not counted in "
+      "`micro_retired`, `FAULT_PC.micro` is its own PC and, for `PARTITION`, "
+      "`FAULT_ADDR` is the end of its first operand that does not fit (operands in the "
+      "order inputs, then output). DMA faults are found by the DMA engine while it "
+      "moves the words, so they stop the tile where the kernel has got to by then.")
     w("")
 
     w(_syntax_section())

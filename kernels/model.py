@@ -36,7 +36,7 @@ DMA fault) match the RTL:
 the vector unit may differ): the compute unit runs beside the sequencer, as the DMA
 engine does. A compute micro-instruction issues when the unit is idle (else the
 sequencer stalls, counted in ``stall_compute``), takes effect at once (all of it, in
-its execute cycle), retires in 2 cycles like any micro-instruction and keeps the unit
+its issue cycle), retires in 3 cycles (fetch, check, issue) and keeps the unit
 busy for the next ``extra`` cycles; ``WAIT`` with ``compute`` and ``RET`` wait for the
 unit to be idle:
 
@@ -58,11 +58,12 @@ MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation c
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
 register map may not have).
 
-Compute micro-instructions stream through their operands in order (for each output:
-its inputs, then the output); the first scratchpad access outside the slot's partition
-faults (PARTITION, address = the offset, partition = the slot's) and every output
-before it is written, none after. Inputs are read before outputs are written, as the
-pipelined vector unit does. VCFG truncates to the register's width (MULT_A/B 32 bits,
+A compute micro-instruction spends its first execute cycle on the operand check of
+:mod:`fusetile.kernels.operands` (as the control unit does): an illegal operand
+(ILLEGAL_MICRO) or an operand that does not fit in the slot's partition (PARTITION,
+address = the end of the first such operand, partition = the slot's) faults in the
+cycle it would issue, having done nothing. Inputs are read before outputs are written,
+as the pipelined vector unit does. VCFG truncates to the register's width (MULT_A/B 32 bits,
 SHIFT 5, the int8 registers 8); a per-channel REQUANT entry's shift is its byte 4
 modulo 32.
 
@@ -83,6 +84,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import arith
+from .operands import illegal_operands, operand_ends
 from .config import TileConfig
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
@@ -327,6 +329,7 @@ class TileModel:
         self.part = 0
         self._compute_left = 0       # cycles the compute unit stays busy
         self._pending_flag = None    # (flag, value) a VCMP writes in its last busy cycle
+        self._checked = 0            # the compute instruction in MICRO_EXEC passed its check
         self._compute_unit = None    # its busy counter: "mac_busy" or "vec_busy"
         self.speculating = 0
         self.guard_flag = self.guard_value = 0
@@ -816,7 +819,10 @@ class TileModel:
                     ret_trace = True
                     goto(self.plan_pc + 1)
             elif op in _COMPUTE_OPS:
-                if compute_busy and op != MicroOp.VCFG:
+                if not self._checked:
+                    # Its first cycle checks the operands (registered, as in the RTL).
+                    tr["_checked"] = 1
+                elif compute_busy and op != MicroOp.VCFG:
                     ev.stall_compute = 1
                 else:
                     try:
@@ -907,6 +913,8 @@ class TileModel:
                 setattr(self, name, value)
             if publish:
                 self._publish()
+        if state != _MICRO_EXEC:
+            self._checked = 0
 
         if take_swap:
             self.active_bank ^= 1
@@ -1085,7 +1093,7 @@ class TileModel:
         if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
             return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
         if op in _COMPUTE_OPS and op != MicroOp.VCFG:
-            return "stall_compute" if compute_busy else None
+            return "stall_compute" if compute_busy and self._checked else None
         return None
 
     def _skip(self, k):
@@ -1125,41 +1133,18 @@ class TileModel:
         self.now = end
 
     # -- compute micro-instructions ------------------------------------------------------
-    def _spad_words(self, offsets):
-        """Absolute scratchpad words of partition offsets (int64 array) and a mask of
-        the ones outside the partition."""
+    def _part_limit(self):
+        """The number of offsets inside the calling slot's partition (as the
+        scratchpad's ``query_limit``: 0 for a partition that does not exist)."""
         cfg = self.config
-        offsets = np.asarray(offsets, dtype=np.int64)
-        part = self.part
-        if part >= cfg.partitions:
-            return offsets, np.ones(offsets.shape, dtype=bool)
-        base, length = self.part_base[part], self.part_len[part]
-        words = base + offsets
-        bad = (offsets >= 1 << 16) | (offsets >= length) | (words >= cfg.spad_words)
-        return words, bad
+        if self.part >= cfg.partitions:
+            return 0
+        base, length = self.part_base[self.part], self.part_len[self.part]
+        return max(0, min(length, cfg.spad_words - base))
 
-    def _first_fault(self, *accesses):
-        """Accesses are (offsets, per-step) arrays of equal length, checked step by
-        step in the order given. Returns (steps that complete, _Fault or None) and the
-        absolute words of each access."""
-        words, bads = [], []
-        for offsets in accesses:
-            w, bad = self._spad_words(offsets)
-            words.append(w)
-            bads.append(bad)
-        steps = len(accesses[0]) if accesses else 0
-        any_bad = np.zeros(steps, dtype=bool)
-        for bad in bads:
-            any_bad |= bad.reshape(steps, -1).any(axis=1)
-        if not any_bad.any():
-            return steps, None, words
-        s = int(np.argmax(any_bad))
-        for offsets, bad in zip(accesses, bads):
-            row_bad = bad.reshape(steps, -1)[s]
-            if row_bad.any():
-                off = int(np.asarray(offsets).reshape(steps, -1)[s][int(np.argmax(row_bad))])
-                return s, _Fault(FaultCause.PARTITION, off, self.part), words
-        raise AssertionError("unreachable")
+    def _words(self, offsets):
+        """Absolute scratchpad words of (checked) partition offsets."""
+        return self.part_base[self.part] + np.asarray(offsets, dtype=np.int64)
 
     def _read_lanes(self, words):
         """int8 lanes of absolute scratchpad words: shape words.shape + (word_bytes,)."""
@@ -1186,37 +1171,35 @@ class TileModel:
 
     def _execute(self, op, f, bits):
         """Execute a compute micro-instruction. Returns (extra cycles, unit counter name
-        or None, flag write (flag, value) or None); raises _Fault."""
+        or None, flag write (flag, value) or None); raises _Fault, having done nothing,
+        if an operand is illegal or does not fit in the partition."""
         cfg = self.config
         R, C, wb = cfg.rows, cfg.cols, self.wb
-        illegal = _Fault(FaultCause.ILLEGAL_MICRO, bits)
+        if illegal_operands(op, f):
+            raise _Fault(FaultCause.ILLEGAL_MICRO, bits)
+        limit = self._part_limit()
+        for end in operand_ends(op, f, cfg):
+            if end >= limit:
+                raise _Fault(FaultCause.PARTITION, end, self.part)
 
         if op == MicroOp.MATMUL:
             k = f["k"]
             if k == 0:
                 return 0, None, None
             t = np.arange(k, dtype=np.int64)
-            steps, fault, (wa, wbw) = self._first_fault(f["a_addr"] + t * f["a_stride"],
-                                                        f["b_addr"] + t * f["b_stride"])
-            if steps:
-                a = self._read_lanes(wa[:steps])[:, :R].astype(np.int64)
-                b = self._read_lanes(wbw[:steps])[:, :C].astype(np.int64)
-                total = np.einsum("ti,tj->ij", a, b)
-                if f["accumulate"]:
-                    total = total + self.acc.astype(np.int64)
-                self.acc = ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
-                if not self.freeze:
-                    self.counters["macs"] += steps * R * C
-            if fault is not None:
-                raise fault
+            a = self._read_lanes(self._words(f["a_addr"] + t * f["a_stride"]))[:, :R]
+            b = self._read_lanes(self._words(f["b_addr"] + t * f["b_stride"]))[:, :C]
+            total = np.einsum("ti,tj->ij", a.astype(np.int64), b.astype(np.int64))
+            if f["accumulate"]:
+                total = total + self.acc.astype(np.int64)
+            self.acc = ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
+            if not self.freeze:
+                self.counters["macs"] += k * R * C
             return k + 3, "mac_busy", None
 
         if op == MicroOp.ACC_BIAS:
             n = -(-4 * R // wb)
-            steps, fault, (words,) = self._first_fault(f["addr"] + np.arange(n))
-            if fault is not None:
-                raise fault
-            raw = self._read_lanes(words).view(np.uint8).tobytes()
+            raw = self._read_lanes(self._words(f["addr"] + np.arange(n))).view(np.uint8).tobytes()
             bias = np.frombuffer(raw[:4 * R], dtype="<i4").astype(np.int32)
             self.acc = np.repeat(bias[:, None], C, axis=1).astype(np.int32)
             return n + 1, "mac_busy", None
@@ -1226,25 +1209,20 @@ class TileModel:
             extra = R + 6
             if f["per_channel"]:
                 n = -(-8 * R // wb)
-                steps, fault, (words,) = self._first_fault(f["param_addr"] + np.arange(n))
-                if fault is not None:
-                    raise fault
-                raw = np.frombuffer(self._read_lanes(words).view(np.uint8).tobytes()[:8 * R],
+                table = self._read_lanes(self._words(f["param_addr"] + np.arange(n)))
+                raw = np.frombuffer(table.view(np.uint8).tobytes()[:8 * R],
                                     dtype=np.uint8).reshape(R, 8)
                 mult = raw[:, :4].copy().view("<u4").astype(np.int64).reshape(R, 1)
                 shift = (raw[:, 4].astype(np.int64) & 31).reshape(R, 1)
                 extra += n
             else:
                 mult, shift = v["mult_a"], v["shift"]
-            rows = f["out_addr"] + np.arange(R, dtype=np.int64) * f["out_stride"]
-            steps, fault, (words,) = self._first_fault(rows)
             out, sat = arith.requantize(self.acc, mult, shift, v["zp_out"], v["lo"], v["hi"])
             lanes = np.zeros((R, wb), dtype=np.int8)
             lanes[:, :C] = out
-            self._write_lanes(words[:steps], lanes[:steps])
-            self._saturated(sat[:steps])
-            if fault is not None:
-                raise fault
+            rows = f["out_addr"] + np.arange(R, dtype=np.int64) * f["out_stride"]
+            self._write_lanes(self._words(rows), lanes)
+            self._saturated(sat)
             return extra, "vec_busy", None
 
         if op == MicroOp.VADD:
@@ -1252,41 +1230,31 @@ class TileModel:
             if n == 0:
                 return 0, None, None
             w = np.arange(n, dtype=np.int64)
-            steps, fault, (wa, wbw, wo) = self._first_fault(
-                f["a_addr"] + w, f["b_addr"] + w, f["out_addr"] + w)
-            if steps:
-                out, sat = arith.vadd(self._read_lanes(wa[:steps]), self._read_lanes(wbw[:steps]),
-                                      **self._vregs())
-                self._write_lanes(wo[:steps], out)
-                self._saturated(sat)
-            if fault is not None:
-                raise fault
+            out, sat = arith.vadd(self._read_lanes(self._words(f["a_addr"] + w)),
+                                  self._read_lanes(self._words(f["b_addr"] + w)),
+                                  **self._vregs())
+            self._write_lanes(self._words(f["out_addr"] + w), out)
+            self._saturated(sat)
             return n + 8, "vec_busy", None
 
         if op == MicroOp.VPOOL:
             window, n = f["window"], f["n"]
-            if window == 0:
-                raise illegal
             if n == 0:
                 return 0, None, None
             o = np.arange(n, dtype=np.int64)[:, None]
             ins = f["in_addr"] + o * f["in_step"] + np.arange(window, dtype=np.int64) * \
                 f["in_stride"]
-            steps, fault, (wi, wo) = self._first_fault(ins, f["out_addr"] + o[:, 0])
+            lanes = self._read_lanes(self._words(ins))
             v = self._vregs()
-            if steps:
-                lanes = self._read_lanes(wi[:steps])
-                outs = np.zeros((steps, wb), dtype=np.int8)
-                sats = np.zeros((steps, wb), dtype=bool)
-                for i in range(steps):
-                    outs[i], sats[i] = arith.vpool(
-                        lanes[i], average=bool(f["average"]), pairs=bool(f["pairs"]),
-                        mult=v["mult_a"], shift=v["shift"], zp_in=v["zp_a"],
-                        zp_out=v["zp_out"], lo=v["lo"], hi=v["hi"])
-                self._write_lanes(wo[:steps], outs)
-                self._saturated(sats)
-            if fault is not None:
-                raise fault
+            outs = np.zeros((n, wb), dtype=np.int8)
+            sats = np.zeros((n, wb), dtype=bool)
+            for i in range(n):
+                outs[i], sats[i] = arith.vpool(
+                    lanes[i], average=bool(f["average"]), pairs=bool(f["pairs"]),
+                    mult=v["mult_a"], shift=v["shift"], zp_in=v["zp_a"],
+                    zp_out=v["zp_out"], lo=v["lo"], hi=v["hi"])
+            self._write_lanes(self._words(f["out_addr"] + o[:, 0]), outs)
+            self._saturated(sats)
             return n * window + 8, "vec_busy", None
 
         if op == MicroOp.VCLAMP:
@@ -1294,22 +1262,17 @@ class TileModel:
             if n == 0:
                 return 0, None, None
             w = np.arange(n, dtype=np.int64)
-            steps, fault, (wi, wo) = self._first_fault(f["in_addr"] + w, f["out_addr"] + w)
-            if steps:
-                out = arith.vclamp(self._read_lanes(wi[:steps]), _int8(f["lo"]), _int8(f["hi"]))
-                self._write_lanes(wo[:steps], out)
-            if fault is not None:
-                raise fault
+            out = arith.vclamp(self._read_lanes(self._words(f["in_addr"] + w)),
+                               _int8(f["lo"]), _int8(f["hi"]))
+            self._write_lanes(self._words(f["out_addr"] + w), out)
             return n + 8, "vec_busy", None
 
         if op == MicroOp.VCMP:
             lane = f["lane"]
             first = 0 if f["reduce"] else lane // wb
             nwords = lane // wb - first + 1
-            steps, fault, (words,) = self._first_fault(f["addr"] + first + np.arange(nwords))
-            if fault is not None:
-                raise fault
-            lanes = self._read_lanes(words).reshape(-1)
+            lanes = self._read_lanes(self._words(f["addr"] + first + np.arange(nwords)))
+            lanes = lanes.reshape(-1)
             if f["reduce"]:
                 value = int(lanes[:lane + 1].max())
             else:
@@ -1319,28 +1282,20 @@ class TileModel:
 
         if op == MicroOp.VARGMAX:
             n = f["n"]
-            if n == 0:
-                raise illegal
             nwords = -(-n // wb)
-            steps, fault, (words,) = self._first_fault(f["addr"] + np.arange(nwords))
-            if fault is not None:
-                raise fault
-            lanes = self._read_lanes(words).reshape(-1)[:n]
-            self.index[f["index"]] = arith.vargmax(lanes) & 0xFFFF
+            lanes = self._read_lanes(self._words(f["addr"] + np.arange(nwords))).reshape(-1)
+            self.index[f["index"]] = arith.vargmax(lanes[:n]) & 0xFFFF
             return nwords + 8, "vec_busy", None
 
         if op == MicroOp.VCFG:
-            try:
-                reg = VectorCfg(f["reg"])
-            except ValueError:
-                raise illegal from None
+            reg = VectorCfg(f["reg"])
             value = f["value"] & ((1 << _VCFG_BITS[reg]) - 1)
             if reg in _VCFG_SIGNED:
                 value = _int8(value)
             self.vcfg[reg] = value
             return 0, None, None
 
-        raise illegal
+        raise AssertionError(f"{op!r} is not a compute micro-instruction")
 
 
 class _Events:

@@ -14,13 +14,9 @@ are estimates in the model and are not compared.
 * model vs Verilator and vs Icarus (``cocotb`` marker): a fixed regression set of
   seeds on the default config (the model other RTL tests have already built).
 
-Known disagreements, kept as minimised ``xfail(strict=True)`` cases:
-
-* a fault the compute unit raises (PARTITION, ILLEGAL_MICRO for a bad operand) has a
-  different micro PC and ``micro_retired`` on the two; the random programs leave those
-  faults out, and ``test_compute_faults`` compares everything else about them;
-* the model drops a VCMP's flag when a VCFG follows it while it is still busy; the
-  generator WAITs for the compute unit between the two until that is fixed.
+Directed cases: compute faults are precise (the control unit checks a compute
+instruction's operands before it issues; ``kernels/operands.py``), in and out of a
+speculative region, and a VCFG right behind a VCMP keeps the VCMP's flag.
 """
 
 import random
@@ -32,45 +28,33 @@ from fusetile.host import open_transport
 from fusetile.host.device import Device
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import MicroInstr, MicroOp
-from fusetile.kernels.program import (assume, call, commit, dma_load, done, mark, ret, vcfg,
-                                      vclamp, vcmp, wait)
+from fusetile.kernels.program import (assume, call, commit, dma_load, dma_store, done, mark,
+                                      matmul, requant, ret, vcfg, vclamp, vcmp, wait)
 
 from conftest import require_simulator
-from programs import (FAULT_KINDS, SPAN_WORDS, Program, differences, random_program,
-                      run_program)
+from programs import SPAN_WORDS, Program, differences, random_program, run_program
 
 
 SMALL = TileConfig(gmem_bytes=2048, spad_bank_words=64, trace_depth=8)
 
-#: Seeds of the Verilator / Icarus regression set: picked from 1000..1249 (on the
+#: Seeds of the Verilator / Icarus regression set: picked from 1000..1599 (on the
 #: default config) to cover speculation hits, misses at COMMIT, in mid-kernel (VCMP)
 #: and by a fault, taken branches, saturating requantisation, programs of 4+ calls,
-#: and faults: PARTITION, GMEM_RANGE, ILLEGAL_MICRO, ILLEGAL_PLAN, PLAN_RANGE,
-#: SWITCH_RANGE.
-REGRESSION_SEEDS = [1011, 1021, 1025, 1040, 1050, 1055, 1063, 1064, 1070, 1084, 1085, 1093,
-                    1096, 1105, 1107, 1118, 1119, 1121, 1198, 1226]
-
-#: Faults the compute unit raises (PARTITION, ILLEGAL_MICRO for a bad operand).
-COMPUTE_FAULTS = ("compute_partition", "compute_operand")
-#: Deliberate faults of the random programs. The compute unit's are left out: the
-#: model and the RTL disagree on their micro PC and on whether the instruction retired
-#: (see the xfail tests below); test_compute_faults checks everything else about them.
-FAULTS = tuple(kind for kind in FAULT_KINDS if kind not in COMPUTE_FAULTS)
+#: and every planted fault: DMA PARTITION and GMEM_RANGE, compute PARTITION and
+#: ILLEGAL_MICRO (bad operand), reserved micro-op, ILLEGAL_PLAN, PLAN_RANGE,
+#: SWITCH_RANGE, SLOT_INVALID (a miss inside a region).
+REGRESSION_SEEDS = [1011, 1021, 1025, 1030, 1040, 1055, 1064, 1070, 1084, 1093, 1096, 1105,
+                    1118, 1119, 1121, 1198, 1283, 1311, 1316, 1345]
 
 
-def check(model, rtl, program, *, ignore=(), whole_gmem=True):
-    """Run ``program`` on both and assert they agree (but for ``ignore``d details:
-    ``"micro_pc"`` of the fault record, ``"micro_retired"``)."""
+def check(model, rtl, program, *, whole_gmem=True):
+    """Run ``program`` on both, assert they agree and return what it left."""
     expected = run_program(rtl, program, whole_gmem=whole_gmem)
     got = run_program(model, program, whole_gmem=whole_gmem)
-    for result in (expected, got):
-        if "micro_pc" in ignore and result["fault"] is not None:
-            result["fault"].pop("micro_pc")
-        if "micro_retired" in ignore:
-            result["counters"].pop("micro_retired")
     diffs = differences(expected, got, rtl.config.word_bytes)
     assert not diffs, "model and RTL differ:\n" + "\n".join(diffs) + \
         "\n" + program.describe()
+    return expected
 
 
 # -- the model against the RTL in Amaranth's simulator ------------------------------------
@@ -91,16 +75,15 @@ def amaranth_pair():
 @given(seed=st.integers(0, 2**32 - 1))
 def test_model_matches_amaranth_rtl(amaranth_pair, seed):
     model, rtl = amaranth_pair
-    check(model, rtl, random_program(seed, SMALL, fault_kinds=FAULTS))
+    check(model, rtl, random_program(seed, SMALL))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_compute_faults(amaranth_pair, seed):
-    """Random programs whose compute instruction faults (PARTITION) agree on data,
-    flags, counters and the rest of the fault record."""
+    """Random programs whose compute instruction faults (PARTITION, ILLEGAL_MICRO)."""
     model, rtl = amaranth_pair
-    program = random_program(seed, SMALL, fault_rate=1, fault_kinds=COMPUTE_FAULTS)
-    check(model, rtl, program, ignore=("micro_pc", "micro_retired"))
+    check(model, rtl, random_program(seed, SMALL, fault_rate=1,
+                                     fault_kinds=("compute_partition", "compute_operand")))
 
 
 def _minimal(kernel, plan, fallback=None):
@@ -111,35 +94,33 @@ def _minimal(kernel, plan, fallback=None):
                    plan=plan, fallback=fallback)
 
 
-#: Minimised compute-unit faults: a VCLAMP whose output runs one word past the end of
-#: its 16-word partition (PARTITION), a VARGMAX with n = 0 (ILLEGAL_MICRO).
+#: Compute faults behind a MATMUL still running: a VCLAMP whose output runs one word
+#: past the end of its 16-word partition (PARTITION), a VARGMAX with n = 0
+#: (ILLEGAL_MICRO). Each faults with its own micro PC, not retired, after the MATMUL
+#: completed, and the DMA store after it never runs.
+_BEHIND = [matmul(a=0, b=1, k=12)]
 COMPUTE_FAULT_KERNELS = {
-    "partition": [vclamp(src=0, out=14, n=3, lo=-5, hi=5), ret()],
-    "illegal": [MicroInstr.const({"op": MicroOp.VARGMAX,
-                                  "args": {"vargmax": {"n": 0}}}).as_bits(), ret()],
+    "partition": _BEHIND + [vclamp(src=0, out=14, n=3, lo=-5, hi=5)],
+    "illegal": _BEHIND + [MicroInstr.const({"op": MicroOp.VARGMAX,
+                                            "args": {"vargmax": {"n": 0}}}).as_bits()],
 }
+_AFTER = [requant(out=2), dma_store(gmem=0, spad=0, cols=4), wait(), ret()]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a fault raised by the compute unit (PARTITION, or ILLEGAL_MICRO for a bad "
-    "operand): the model records the faulting instruction's micro PC (0) and does not "
-    "count it retired; the RTL retires the instruction when the compute unit accepts "
-    "it and records the micro PC the sequencer has reached when the unit reports the "
-    "fault (here the RET: micro PC 1, micro_retired 1)"))
 @pytest.mark.parametrize("kind", COMPUTE_FAULT_KERNELS)
-def test_compute_fault_micro_pc(amaranth_pair, kind):
+def test_compute_fault_is_precise(amaranth_pair, kind):
     model, rtl = amaranth_pair
-    check(model, rtl, _minimal(COMPUTE_FAULT_KERNELS[kind], [call(0), done()]))
+    program = _minimal(COMPUTE_FAULT_KERNELS[kind] + _AFTER, [call(0), done()])
+    result = check(model, rtl, program)
+    assert result["fault"]["micro_pc"] == 1 and result["counters"]["micro_retired"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a compute unit's fault inside a speculative region (a miss): micro_retired is 1 "
-    "on the RTL (the faulting VCLAMP was accepted, so it retired) and 0 on the model"))
-def test_compute_fault_in_region_micro_retired(amaranth_pair):
+def test_compute_fault_in_region_rolls_back(amaranth_pair):
     model, rtl = amaranth_pair
-    check(model, rtl, _minimal(COMPUTE_FAULT_KERNELS["partition"],
-                               [assume(2, 0, expect=False), call(0), commit(), done()],
-                               [mark(7), done()]))
+    result = check(model, rtl, _minimal(COMPUTE_FAULT_KERNELS["partition"] + _AFTER,
+                                        [assume(2, 0, expect=False), call(0), commit(), done()],
+                                        [mark(7), done()]))
+    assert result["counters"]["spec_faults"] == 1 and result["mark"] == 7
 
 
 def test_vcfg_after_vcmp_keeps_the_flag(amaranth_pair):
@@ -170,8 +151,7 @@ def test_model_matches_cocotb_rtl(cocotb_pair, seed):
     model, rtl = cocotb_pair
     # The default GMEM is 64 KiB: each program rewrites and compares only the words a
     # program can reach; the test below compares the whole of it once.
-    check(model, rtl, random_program(seed, rtl.config, fault_kinds=FAULTS),
-          whole_gmem=False)
+    check(model, rtl, random_program(seed, rtl.config), whole_gmem=False)
 
 
 @pytest.mark.cocotb

@@ -307,19 +307,29 @@ def test_compute_unit_runs_beside_the_sequencer():
     assert m.slot_cycles[0] > 2 * 23
 
 
-def test_compute_partition_fault_stops_before_the_offending_word():
+def test_compute_partition_fault_is_precise():
+    """An instruction with an operand past its partition faults before it does
+    anything, with the end of that operand as the address; what came before it
+    completed."""
     m, fault = run_kernel([vclamp(src=0, out=LENGTH - 2, n=4, lo=-1, hi=1)],
                           spad={0: word(*[5] * 8) * 4, LENGTH - 2: word(*[9] * 8) * 3})
     assert fault.cause == FaultCause.PARTITION
-    assert (fault.part, fault.addr, fault.slot, fault.micro_pc) == (1, LENGTH, 0, 0)
-    assert lanes_at(m, LENGTH - 2, 2) == [[1] * 8, [1] * 8]
-    # Nothing past the partition was touched.
-    assert m.read_spad(BASE + LENGTH) == word(*[9] * 8)
+    assert (fault.part, fault.addr, fault.slot, fault.micro_pc) == (1, LENGTH + 1, 0, 0)
+    assert lanes_at(m, LENGTH - 2, 2) == [[9] * 8, [9] * 8], "nothing was written"
+    assert m.counters["micro_retired"] == 0
 
-    m, fault = run_kernel([matmul(a=LENGTH - 1, a_stride=1, b=0, k=3)],
-                          spad={0: word(1, 1, 1), LENGTH - 1: word(2, 2, 2, 2)})
-    assert fault.cause == FaultCause.PARTITION and fault.addr == LENGTH
-    assert m.acc.tolist() == [[2] * 3] * 4, "steps before the fault took effect"
+    spad = {0: word(1, 1, 1, 1), LENGTH - 1: word(2, 2, 2, 2)}
+    m, fault = run_kernel([matmul(a=0, b=0, k=1), matmul(a=LENGTH - 1, a_stride=1, b=0, k=3,
+                                                         accumulate=True)], spad=spad)
+    assert fault.cause == FaultCause.PARTITION and fault.addr == LENGTH + 1
+    assert fault.micro_pc == 1 and m.counters["micro_retired"] == 1
+    assert m.acc.tolist() == [[1] * 3] * 4, "only the first MATMUL took effect"
+
+    # The first operand (in checking order) that does not fit is the one reported.
+    m, fault = run_kernel([vadd(a=LENGTH - 1, b=LENGTH, out=0, n=2)])
+    assert (fault.cause, fault.addr) == (FaultCause.PARTITION, LENGTH)
+    m, fault = run_kernel([vadd(a=0, b=LENGTH - 1, out=LENGTH + 5, n=2)])
+    assert (fault.cause, fault.addr) == (FaultCause.PARTITION, LENGTH)
 
 
 # -- plan control flow ----------------------------------------------------------------------

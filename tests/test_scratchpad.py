@@ -136,6 +136,27 @@ def test_partition_faults():
     run(dut, bench)
 
 
+def test_query_limit_is_the_partition_extent():
+    """``query_limit`` is the first offset that faults, for every table shape above."""
+    dut = Scratchpad(CFG)
+
+    async def bench(ctx):
+        set_table(ctx, dut, [(0, 16), (16, 24), (40, 40), (0, 0)])
+        for part, limit in [(0, 16), (1, 24), (2, 24), (3, 0), (4, 0), (15, 0)]:
+            ctx.set(dut.query_part, part)
+            assert ctx.get(dut.query_limit) == limit, part
+            for offset, faults in ((limit - 1, False), (limit, True)):
+                if offset >= 0:
+                    assert (await access(ctx, dut, part, offset))[0] == faults, \
+                        (part, offset)
+        set_table(ctx, dut, [(64, 5), (70, 1)])             # bases past the end
+        for part in (0, 1):
+            ctx.set(dut.query_part, part)
+            assert ctx.get(dut.query_limit) == 0
+
+    run(dut, bench)
+
+
 def test_read_after_write_and_latency():
     dut = Scratchpad(CFG)
 

@@ -1,0 +1,126 @@
+"""The operand check of compute micro-instructions, made before they issue.
+
+Gateware of :mod:`fusetile.kernels.operands`: from a compute micro-instruction it
+derives whether its operands are legal and the end offset of each scratchpad operand,
+so that the control unit can fault on an instruction that would leave its partition
+*before* the compute unit starts it. That is what makes compute faults precise.
+"""
+
+from amaranth.hdl import Module, Signal, Mux
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..kernels.config import TileConfig
+from ..kernels.isa import MicroOp, MicroArgs, VectorCfg
+from ..kernels.operands import MAX_OPERANDS
+
+
+__all__ = ["OperandCheck"]
+
+
+_END_BITS = 32   # a_addr + (k - 1) * a_stride < 2**32 for 16-bit fields
+
+
+class OperandCheck(wiring.Component):
+    """Combinational: legality and operand ends of one compute micro-instruction.
+
+    The ends are those of :func:`fusetile.kernels.operands.operand_ends`, in the same
+    order; ``used`` marks which of the ``MAX_OPERANDS`` entries an instruction has
+    (none for a no-op or VCFG). Two multipliers are shared between the instructions
+    with strided operands (MATMUL's two operands, VPOOL's input, REQUANT's output).
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``rows`` and ``word_bytes`` size ACC_BIAS's and REQUANT's operands.
+
+    Attributes
+    ----------
+    op : In(MicroOp)
+    args : In(MicroArgs)
+        The micro-instruction.
+    illegal : Out(1)
+        An operand is out of its range (VPOOL ``window`` 0, VARGMAX ``n`` 0, VCFG of a
+        register that does not exist); ``ends`` and ``used`` are then meaningless.
+    used : Out(MAX_OPERANDS)
+    ends : Out(ArrayLayout(32, MAX_OPERANDS))
+        The largest partition offset each operand touches.
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config must be a TileConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "op": In(MicroOp),
+            "args": In(MicroArgs),
+            "illegal": Out(1),
+            "used": Out(MAX_OPERANDS),
+            "ends": Out(data.ArrayLayout(_END_BITS, MAX_OPERANDS)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        R, W = cfg.rows, cfg.word_bytes
+        a = self.args
+        ends, used = self.ends, self.used
+
+        # The two shared multipliers: count x stride.
+        count = [Signal(16, name=f"count{i}") for i in range(2)]
+        stride = [Signal(16, name=f"stride{i}") for i in range(2)]
+        product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
+        m.d.comb += [product[i].eq(count[i] * stride[i]) for i in range(2)]
+
+        def spans(*pairs):
+            """Operand ends ``base + extra``, in order; marks them used."""
+            for i, (base, extra) in enumerate(pairs):
+                m.d.comb += ends[i].eq(base + extra)
+            m.d.comb += used.eq((1 << len(pairs)) - 1)
+
+        def nonzero(n, *pairs):
+            with m.If(n != 0):
+                spans(*pairs)
+
+        with m.Switch(self.op):
+            with m.Case(MicroOp.MATMUL):
+                mm = a.matmul
+                m.d.comb += [count[0].eq(mm.k - 1), stride[0].eq(mm.a_stride),
+                             count[1].eq(mm.k - 1), stride[1].eq(mm.b_stride)]
+                nonzero(mm.k, (mm.a_addr, product[0]), (mm.b_addr, product[1]))
+            with m.Case(MicroOp.ACC_BIAS):
+                spans((a.acc_bias.addr, -(-4 * R // W) - 1))
+            with m.Case(MicroOp.REQUANT):
+                rq = a.requant
+                m.d.comb += [count[0].eq(R - 1), stride[0].eq(rq.out_stride)]
+                with m.If(rq.per_channel):
+                    spans((rq.param_addr, -(-8 * R // W) - 1), (rq.out_addr, product[0]))
+                with m.Else():
+                    spans((rq.out_addr, product[0]))
+            with m.Case(MicroOp.VADD):
+                va = a.vadd
+                nonzero(va.n, (va.a_addr, va.n - 1), (va.b_addr, va.n - 1),
+                        (va.out_addr, va.n - 1))
+            with m.Case(MicroOp.VPOOL):
+                vp = a.vpool
+                m.d.comb += [
+                    self.illegal.eq(vp.window == 0),
+                    count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
+                    count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride),
+                ]
+                nonzero(vp.n, (vp.in_addr, product[0] + product[1]), (vp.out_addr, vp.n - 1))
+            with m.Case(MicroOp.VCLAMP):
+                vc = a.vclamp
+                nonzero(vc.n, (vc.in_addr, vc.n - 1), (vc.out_addr, vc.n - 1))
+            with m.Case(MicroOp.VCMP):
+                lane_bits = (W - 1).bit_length()
+                spans((a.vcmp.addr, a.vcmp.lane >> lane_bits))
+            with m.Case(MicroOp.VARGMAX):
+                va = a.vargmax
+                lane_bits = (W - 1).bit_length()
+                m.d.comb += self.illegal.eq(va.n == 0)
+                spans((va.addr, (va.n - 1) >> lane_bits))
+            with m.Case(MicroOp.VCFG):
+                m.d.comb += self.illegal.eq(a.vcfg.reg.as_value() >
+                                                 max(r.value for r in VectorCfg))
+        return m
