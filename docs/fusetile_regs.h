@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 7f71a1bea8fd0804. */
+ * Generated for hardware profile ec09952c28a5ba6d. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         1
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "7f71a1bea8fd0804"
+#define FT_PROFILE_HASH                          "ec09952c28a5ba6d"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -21,7 +21,7 @@
 #define FT_CFG_SPAD_BANK_WORDS                   512
 #define FT_CFG_PARTITIONS                        8
 #define FT_CFG_KERNEL_SLOTS                      8
-#define FT_CFG_SLOT_DEPTH                        64
+#define FT_CFG_SLOT_DEPTH                        256
 #define FT_CFG_PLAN_DEPTH                        128
 #define FT_CFG_GMEM_BYTES                        65536
 #define FT_CFG_TRACE_DEPTH                       32
@@ -34,7 +34,7 @@
 #define FT_VERSION_VALUE                         0x00000100u
 #define FT_HWCFG_ARRAY_VALUE                     0x00080808u
 #define FT_HWCFG_SPAD_VALUE                      0x08040200u
-#define FT_HWCFG_CTRL_VALUE                      0x04D57608u
+#define FT_HWCFG_CTRL_VALUE                      0x04D57808u
 #define FT_HWCFG_GMEM_VALUE                      0x00010000u
 
 /* Regions. */
@@ -350,10 +350,10 @@
 #define FT_PLAN_SIZE                             0x400u
 #define FT_PLAN_SPAN                             0x400u
 #define FT_PLAN_ELEMENT_BITS                     64
-#define FT_KERNEL_BASE(i)                        (0x00020000u + 0x400u * (i))
+#define FT_KERNEL_BASE(i)                        (0x00020000u + 0x1000u * (i))
 #define FT_KERNEL_COUNT                          8
-#define FT_KERNEL_SIZE                           0x400u
-#define FT_KERNEL_SPAN                           0x400u
+#define FT_KERNEL_SIZE                           0x1000u
+#define FT_KERNEL_SPAN                           0x1000u
 #define FT_KERNEL_ELEMENT_BITS                   128
 #define FT_GMEM_BASE                             0x00100000u
 #define FT_GMEM_SIZE                             0x10000u

@@ -68,7 +68,7 @@ class TileConfig:
     spad_bank_words: int = 512
     partitions: int = 8
     kernel_slots: int = 8
-    slot_depth: int = 64
+    slot_depth: int = 256
     plan_depth: int = 128
     gmem_bytes: int = 64 * 1024
     trace_depth: int = 32

@@ -1,0 +1,588 @@
+"""The kernel compiler: an integer graph (:mod:`fusetile.kernels.graph`) -> kernels,
+plans and a GMEM image for one tile configuration.
+
+**Lanes carry samples.** A word holds one value of up to ``word_bytes`` samples, one
+per lane, so a run of the compiled plan infers ``lanes`` samples at once and every
+tensor element is one word. The MAC array's ``a`` operand is a word of R output
+channels (weights), its ``b`` operand a word of C samples (activations): a MATMUL
+over a contraction of k words gives R output channels for C samples, and REQUANT
+writes them as R words, one per channel, which is again the activation layout. No
+operator needs to shift bytes inside a word, so every access pattern is a word
+address pattern the DMA and the MATMUL generate. (The cost: with one sample, 1/C of
+the array works. Putting output positions in lanes instead needs a byte-granular
+im2col in the DMA, left for later.)
+
+**Feature maps** ``(C, H, W)`` live in GMEM in HWC order, word ``(h, w, c)`` at
+``at + ((h + t) * Wp + w + l) * C + c`` inside a *ring* of ``t, l, b, r`` words
+(``Wp = W + l + r``) that holds the padding value of its consumers (the input zero
+point for a convolution, -128 for a max-pool). Vectors ``(K,)`` are ``(K, 1, 1)``.
+
+**Operators -> kernels.** Conv, Dense (a convolution whose window is its whole input
+map, weights permuted to HWC order, so Flatten moves nothing) and AvgPool (a
+convolution with one-hot weights, exact in int32) run as one *convolution kernel*: per
+call a chunk of output pixels of one row: the DMA gathers each pixel's window (kh
+rows of kw x Ci consecutive words) into a contiguous patch (a word-level im2col),
+then per pixel and per group of R output channels ACC_BIAS, one MATMUL over the
+patch, REQUANT with a per-channel table into a row buffer, stored by the DMA. MaxPool
+pools whole rows with VPOOL (a horizontal then a vertical pass), Add is VADD, Clamp is
+VCLAMP, row by row.
+
+**Policies.** ``none``: one kernel per operator, every intermediate through GMEM.
+``static``: a fixed rule set like TVM's FuseOps: a convolution whose only consumer
+is an unpadded max-pool is fused with it into one kernel that computes the conv rows
+of a pooled row into the scratchpad, pools them there and stores only the pooled row
+(bias, requantisation and a ReLU are part of every convolution kernel in both
+policies).
+
+Kernels address the scratchpad at fixed offsets and GMEM relative to the CALL's
+arguments, so one kernel body serves every chunk of an operator; the plan is the
+sequence of CALLs. A program longer than a plan bank, or with more distinct kernels
+than slots, is cut into *segments* run one after the other.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import TileConfig
+from .graph import (Add, AvgPool, Clamp, Conv, Dense, Flatten, Graph, GraphError, MaxPool,
+                    Requant, avgpool_requant)
+from .isa import GmemBase, VectorCfg
+from .program import (acc_bias, call, dma_load, dma_store, done, matmul, requant, ret, vadd,
+                      vcfg, vclamp, vpool, wait)
+
+
+__all__ = ["POLICIES", "Buffer", "Segment", "Program", "CompileError", "compile_graph"]
+
+
+POLICIES = ("none", "static")
+
+_MAX_COLS = 4095          # DMA rows / cols fields
+_MAX_WINDOW = 15          # VPOOL window field
+
+
+class CompileError(GraphError):
+    """A graph the compiler cannot fit on this tile configuration."""
+
+
+@dataclass
+class Buffer:
+    """A feature map in GMEM (see the module docstring for the layout)."""
+    name: str
+    shape: tuple              # (C, H, W)
+    at: int = 0               # word address of the first word of the ring
+    ring: tuple = (0, 0, 0, 0)
+    pad_value: int = None     # the ring's value, None while no consumer pads
+
+    @property
+    def C(self):
+        return self.shape[0]
+
+    @property
+    def Hp(self):
+        return self.shape[1] + self.ring[0] + self.ring[2]
+
+    @property
+    def Wp(self):
+        return self.shape[2] + self.ring[1] + self.ring[3]
+
+    @property
+    def words(self):
+        return self.Hp * self.Wp * self.C
+
+    def word(self, h, w, c=0):
+        """Address of element (c, h, w); h, w may reach into the ring."""
+        return self.at + ((h + self.ring[0]) * self.Wp + w + self.ring[1]) * self.C + c
+
+    def image(self, samples, word_bytes):
+        """GMEM bytes of the buffer holding int8 ``samples`` (N <= lanes, C, H, W)."""
+        lanes = np.full((self.Hp, self.Wp, self.C, word_bytes), self.pad_value or 0,
+                        dtype=np.int8)
+        t, l = self.ring[0], self.ring[1]
+        H, W = self.shape[1:]
+        s = np.asarray(samples, dtype=np.int8).reshape((-1,) + tuple(self.shape))
+        lanes[t:t + H, l:l + W, :, :len(s)] = s.transpose(2, 3, 1, 0)
+        return lanes.tobytes()
+
+    def samples(self, raw, count, word_bytes):
+        """int8 ``(count, C, H, W)`` from the buffer's GMEM bytes."""
+        lanes = np.frombuffer(raw, dtype=np.int8).reshape(self.Hp, self.Wp, self.C, word_bytes)
+        t, l = self.ring[0], self.ring[1]
+        H, W = self.shape[1:]
+        return lanes[t:t + H, l:l + W, :, :count].transpose(3, 2, 0, 1).copy()
+
+
+@dataclass
+class Segment:
+    """Kernels to load (slot -> micro-instructions) and a plan to run."""
+    kernels: dict
+    plan: list
+
+
+@dataclass
+class Program:
+    """A compiled graph: load ``gmem`` (bytes from word 0) and the partition, then per
+    run of ``lanes`` samples write the input buffer, run every segment, read the
+    output buffer."""
+    config: TileConfig
+    graph: Graph
+    policy: str
+    segments: list
+    gmem: bytes
+    input: Buffer
+    output: Buffer
+    partition: tuple           # (base, length) of partition 0, used by every kernel
+    lanes: int
+    calls: int = 0
+    notes: list = field(default_factory=list)
+
+
+# -- the convolution kernel -----------------------------------------------------------------
+
+@dataclass
+class _ConvSpec:
+    """A convolution as the kernel runs it (Dense and AvgPool lowered to it)."""
+    name: str
+    x: str
+    y: str
+    weight: np.ndarray        # (Co, Ci, KH, KW) int8
+    bias: np.ndarray          # (Co,) int32, the input zero point folded in
+    requant: Requant
+    stride: tuple
+    pads: tuple
+    lo: int
+    hi: int
+    op: str
+
+
+def _conv_spec(op, tensors, x_name, x_shape):
+    zx = tensors[x_name].zero_point
+    if isinstance(op, Dense):
+        C, H, W = x_shape
+        weight = np.asarray(op.weight, dtype=np.int8).reshape(-1, C, H, W)
+        return _ConvSpec(op.name, x_name, op.y, weight, _fold(op.bias, weight, zx),
+                         op.requant, (1, 1), (0, 0, 0, 0), op.lo, op.hi, "Dense")
+    if isinstance(op, Conv):
+        weight = np.asarray(op.weight, dtype=np.int8)
+        return _ConvSpec(op.name, op.x, op.y, weight, _fold(op.bias, weight, zx), op.requant,
+                         tuple(op.stride), tuple(op.pads), op.lo, op.hi, "Conv")
+    # AvgPool: one-hot weights sum each channel's window exactly; the padding is the
+    # zero point, so with count_include_pad every window has the same count.
+    C = x_shape[0]
+    kh, kw = op.kernel
+    if any(op.pads) and not op.count_include_pad:
+        raise CompileError(op.name, "AvgPool", "padding without count_include_pad "
+                           "(a different divisor at the borders) is not supported")
+    if kh * kw * C > 2**16 - 1:
+        raise CompileError(op.name, "AvgPool", "window too large")
+    weight = np.zeros((C, C, kh, kw), dtype=np.int8)
+    weight[np.arange(C), np.arange(C)] = 1
+    rq = avgpool_requant(op, tensors[op.x].scale, tensors[op.y].scale, kh * kw)
+    rq = Requant(np.repeat(rq.multiplier, C), np.repeat(rq.shift, C))
+    return _ConvSpec(op.name, op.x, op.y, weight, _fold(np.zeros(C, np.int32), weight, zx), rq,
+                     tuple(op.stride), tuple(op.pads), op.lo, op.hi, "AvgPool")
+
+
+def _fold(bias, weight, zx):
+    """bias - zx * sum(w): the input zero point of sum w * (x - zx), as int32."""
+    total = np.asarray(bias, dtype=np.int64) - zx * weight.reshape(len(weight), -1).astype(
+        np.int64).sum(axis=1)
+    return ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
+
+
+class _Compiler:
+    def __init__(self, graph, config, policy, lanes):
+        self.g, self.cfg, self.policy, self.lanes = graph, config, policy, lanes
+        self.R, self.C, self.wb = config.rows, config.cols, config.word_bytes
+        self.T = graph.tensors
+        self.const = []            # (word address, bytes) of constants
+        self.top = 0               # next free GMEM word
+        self.buffers = {}
+        self.calls = []            # (kernel body as a tuple, a, b)
+
+    def map_shape(self, name):
+        """A tensor's shape as a feature map: vectors (K,) are (K, 1, 1)."""
+        s = self.T[name].shape
+        return tuple(s) if len(s) == 3 else (int(np.prod(s)), 1, 1)
+
+    # -- GMEM -------------------------------------------------------------------------
+    def alloc(self, words):
+        at = self.top
+        self.top += words
+        return at
+
+    def constant(self, data):
+        """Place ``data`` (bytes, a whole number of words) in GMEM; its word address."""
+        at = self.alloc(len(data) // self.wb)
+        self.const.append((at, data))
+        return at
+
+    def words(self, lanes_rows):
+        """Bytes of words given as rows of int8 lanes (fewer lanes are zero-filled)."""
+        rows = np.asarray(lanes_rows, dtype=np.int8)
+        out = np.zeros((len(rows), self.wb), dtype=np.int8)
+        out[:, :rows.shape[1]] = rows
+        return out.tobytes()
+
+    # -- kernels ----------------------------------------------------------------------
+    def emit(self, body, a=0, b=0):
+        if len(body) > self.cfg.slot_depth:
+            raise AssertionError("kernel longer than a slot")   # chunking guarantees it
+        self.calls.append((tuple(body), a, b))
+
+    def spad_check(self, name, op, words):
+        if words > self.cfg.spad_words:
+            raise CompileError(name, op, f"needs {words} scratchpad words, the tile has "
+                               f"{self.cfg.spad_words}")
+
+    def load_const(self, spad, at, words):
+        """DMA loads of ``words`` constant words from GMEM ``at`` (absolute)."""
+        body = []
+        for i in range(0, words, _MAX_COLS):
+            n = min(_MAX_COLS, words - i)
+            body.append(dma_load(gmem=at + i, spad=spad + i, cols=n))
+        return body
+
+    def conv_constants(self, spec):
+        """GMEM block per group of R output channels: weights (K words, even), bias,
+        requant table; returns (address, words per group, K)."""
+        R, wb = self.R, self.wb
+        Co, Ci, KH, KW = spec.weight.shape
+        K = KH * KW * Ci
+        Kp = K + (K & 1)
+        bias_words = -(-4 * R // wb)
+        table_words = -(-8 * R // wb)
+        block = Kp + bias_words + table_words
+        block += block & 1                      # even: weights of every group start even
+        G = -(-Co // R)
+        data = bytearray()
+        for g in range(G):
+            lanes = np.zeros((Kp, R), dtype=np.int8)
+            co = np.arange(g * R, min(Co, (g + 1) * R))
+            # word t = (kh, kw, ci): the patch order of the im2col below
+            lanes[:K, :len(co)] = spec.weight[co].transpose(2, 3, 1, 0).reshape(K, len(co))
+            data += self.words(lanes)
+            bias = np.zeros(bias_words * wb, dtype=np.uint8)
+            b = np.zeros(R, dtype="<i4")
+            b[:len(co)] = spec.bias[co]
+            bias[:4 * R] = np.frombuffer(b.tobytes(), dtype=np.uint8)
+            data += bias.tobytes()
+            table = np.zeros((table_words * wb,), dtype=np.uint8)
+            for r, c in enumerate(co):
+                m, s = spec.requant.channel(c)
+                table[8 * r:8 * r + 4] = np.frombuffer(int(m).to_bytes(4, "little"), np.uint8)
+                table[8 * r + 4] = s
+            data += table.tobytes()
+            pad_words = block - Kp - bias_words - table_words
+            data += bytes(pad_words * wb)
+        return self.constant(bytes(data)), block, K, Kp, G, bias_words
+
+    def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts):
+        """Micro-instructions computing ``rows`` output rows' chunk of ``P`` pixels each
+        (rows r: input rows from GMEM relative to ARG0 + r * row step) into
+        ``row_buf`` (row r at row_buf + r * P * Co)."""
+        at, block, K, Kp, G, bias_words = consts
+        Co, Ci, KH, KW = spec.weight.shape
+        sh, sw = spec.stride
+        body = []
+        for r in range(rows):
+            for kh in range(KH):
+                body.append(dma_load(
+                    gmem=(r * sh + kh) * xb.Wp * Ci, spad=patch + r * P * Kp + kh * KW * Ci,
+                    rows=P, cols=KW * Ci, gmem_stride=sw * Ci, spad_stride=Kp,
+                    base=GmemBase.ARG0))
+        body.append(wait())
+        for r in range(rows):
+            for p in range(P):
+                for g in range(G):
+                    w = g * block
+                    body += [acc_bias(w + Kp),
+                             matmul(a=w, b=patch + (r * P + p) * Kp, k=K, accumulate=True),
+                             requant(out=row_buf + (r * P + p) * Co + g * self.R,
+                                     per_channel=True, params=w + Kp + bias_words)]
+        return body
+
+    def vector_cfg(self, zp_out, lo, hi, **extra):
+        body = [vcfg(VectorCfg.ZP_OUT, zp_out), vcfg(VectorCfg.LO, lo), vcfg(VectorCfg.HI, hi)]
+        for reg, value in extra.items():
+            body.append(vcfg(VectorCfg[reg.upper()], value))
+        return body
+
+    def conv(self, spec, pool=None):
+        """A convolution (optionally fused with an unpadded max-pool ``pool``)."""
+        cfg = self.cfg
+        xb = self.buffers[spec.x]
+        Co, Ci, KH, KW = spec.weight.shape
+        sh, sw = spec.stride
+        pt, pl = spec.pads[0], spec.pads[1]
+        OC, OH, OW = self.map_shape(spec.y)
+        yb = self.buffers[pool.y if pool else spec.y]
+        if KW * Ci > _MAX_COLS:
+            raise CompileError(spec.name, spec.op, f"a window row of {KW * Ci} words is more "
+                               f"than a DMA moves ({_MAX_COLS})")
+        consts = self.conv_constants(spec)
+        at, block, K, Kp, G, _ = consts
+        if K > 2**16 - 1:
+            raise CompileError(spec.name, spec.op, f"a window of {K} words is too long")
+        cwords = G * block
+        zp = self.T[spec.y].zero_point
+        prologue = self.load_const(0, at, cwords) + self.vector_cfg(zp, spec.lo, spec.hi)
+        fixed = len(prologue) + 4               # wait, store, wait, ret
+
+        if pool is None:
+            # Chunks of P pixels of one output row: the largest divisor of OW that fits.
+            for P in sorted((d for d in range(1, OW + 1) if OW % d == 0), reverse=True):
+                insns = fixed + KH + 3 * P * G
+                patch = cwords + 1                  # odd: never in a weight's bank
+                row_buf = patch + P * Kp
+                if insns <= cfg.slot_depth and row_buf + P * Co + self.R <= cfg.spad_words:
+                    break
+            else:
+                raise CompileError(spec.name, spec.op, "does not fit a kernel slot and the "
+                                   "scratchpad even one pixel per call")
+            body = prologue + self.conv_rows_body(spec, xb, P, 1, row_buf, patch=patch,
+                                                  consts=consts)
+            body += [dma_store(gmem=0, spad=row_buf, cols=P * Co, base=GmemBase.ARG1), wait(),
+                     ret()]
+            for oh in range(OH):
+                for ow0 in range(0, OW, P):
+                    a = xb.word(oh * sh - pt, ow0 * sw - pl)
+                    self.emit(body, a, yb.word(oh, ow0))
+            return
+
+        # Fused with the max-pool: per pooled row, the conv rows it needs, pooled in
+        # the scratchpad (the conv output map never reaches GMEM).
+        pkh, pkw = pool.kernel
+        psh, psw = pool.stride
+        _, PH, PW = self.map_shape(pool.y)
+        patch = cwords + 1
+        row_buf = patch + pkh * OW * Kp
+        tmp = row_buf + pkh * OW * Co + self.R
+        out = tmp + OW * Co
+        self.spad_check(spec.name, spec.op, out + PW * Co)
+        body = prologue + self.conv_rows_body(spec, xb, OW, pkh, row_buf, patch=patch,
+                                              consts=consts)
+        body += self.pool_rows(row_buf, OW, Co, pkh, pkw, psw, PW, tmp, out)
+        body += [dma_store(gmem=0, spad=out, cols=PW * Co, base=GmemBase.ARG1), wait(), ret()]
+        if len(body) > cfg.slot_depth:
+            raise CompileError(spec.name, spec.op, f"fused with {pool.name} needs "
+                               f"{len(body)} micro-instructions, a slot holds "
+                               f"{cfg.slot_depth}")
+        for ph in range(PH):
+            a = xb.word(ph * psh * sh - pt, -pl)
+            self.emit(body, a, yb.word(ph, 0))
+
+    def pool_rows(self, src, src_w, C, kh, kw, sw, ow, tmp, out, start=0):
+        """Max-pool ``kh`` rows of ``src_w`` pixels x C channels at ``src`` (row i at
+        src + i * src_w * C; windows from column ``start``) into one row of ``ow`` pixels at
+        ``out``: a vertical pass over whole rows into ``tmp`` (one VPOOL), then a
+        horizontal one per output pixel (VPOOL writes consecutive words, so it is the
+        pixel's C channels that it writes at once)."""
+        body = [vpool(src=src, out=tmp, n=src_w * C, window=kh, stride=src_w * C, step=1)]
+        body += [vpool(src=tmp + (start + o * sw) * C, out=out + o * C, n=C, window=kw, stride=C,
+                       step=1) for o in range(ow)]
+        return body
+
+    def maxpool(self, op):
+        cfg = self.cfg
+        xb, yb = self.buffers[op.x], self.buffers[op.y]
+        C, OH, OW = self.map_shape(op.y)
+        kh, kw = op.kernel
+        sh, sw = op.stride
+        pt, pl = op.pads[0], op.pads[1]
+        if max(kh, kw) > _MAX_WINDOW:
+            raise CompileError(op.name, "MaxPool", f"windows larger than {_MAX_WINDOW}")
+        if xb.Wp * C > _MAX_COLS:
+            raise CompileError(op.name, "MaxPool", "input rows longer than a DMA moves")
+        rows = 0
+        tmp = rows + kh * xb.Wp * C
+        out = tmp + xb.Wp * C
+        self.spad_check(op.name, "MaxPool", out + OW * C)
+        body = [dma_load(gmem=0, spad=rows, rows=kh, cols=xb.Wp * C, base=GmemBase.ARG0),
+                wait()]
+        # Window columns start at padded column ow * sw + (ring - pad).
+        start = xb.ring[1] - pl
+        body += self.pool_rows(rows, xb.Wp, C, kh, kw, sw, OW, tmp, out, start)
+        body += [dma_store(gmem=0, spad=out, cols=OW * C, base=GmemBase.ARG1), wait(), ret()]
+        if len(body) > cfg.slot_depth:
+            raise CompileError(op.name, "MaxPool", f"needs {len(body)} micro-instructions")
+        for oh in range(OH):
+            self.emit(body, xb.word(oh * sh - pt, -xb.ring[1]), yb.word(oh, 0))
+
+    def add(self, op):
+        T = self.T
+        cfgs = self.vector_cfg(T[op.y].zero_point, op.lo, op.hi, mult_a=op.mult_a,
+                               mult_b=op.mult_b, shift=op.shift, zp_a=T[op.a].zero_point,
+                               zp_b=T[op.b].zero_point)
+        self.elementwise(op, 2, lambda s, out, n: cfgs + [vadd(a=s[0], b=s[1], out=out, n=n)])
+
+    def clamp(self, op):
+        self.elementwise(op, 1, lambda s, out, n: [vclamp(src=s[0], out=out, n=n, lo=op.lo,
+                                                          hi=op.hi)])
+
+    def elementwise(self, op, n_in, make):
+        """Row by row: inputs relative to ARG0 (and ARG1); the output relative to ARG1
+        for one input, and for two at a fixed distance from the first input's row when
+        the two maps have the same row pitch (else at an absolute address, a kernel
+        body per row)."""
+        names = [op.a, op.b] if n_in == 2 else [op.x]
+        ins = [self.buffers[n] for n in names]
+        yb = self.buffers[op.y]
+        C, H, W = self.map_shape(op.y)
+        n = W * C
+        if n > _MAX_COLS:
+            raise CompileError(op.name, type(op).__name__, "rows longer than a DMA moves")
+        spad = [0, n + 1][:n_in]
+        out = (n + 1) * n_in + 1
+        same_pitch = n_in == 2 and ins[0].Wp == yb.Wp and yb.word(0, 0) >= ins[0].word(0, 0)
+        for h in range(H):
+            body = [dma_load(gmem=0, spad=spad[0], cols=n, base=GmemBase.ARG0)]
+            if n_in == 2:
+                body.append(dma_load(gmem=0, spad=spad[1], cols=n, base=GmemBase.ARG1))
+                if same_pitch:
+                    store = dma_store(gmem=yb.word(h, 0) - ins[0].word(h, 0), spad=out,
+                                      cols=n, base=GmemBase.ARG0)
+                else:
+                    store = dma_store(gmem=yb.word(h, 0), spad=out, cols=n)
+            else:
+                store = dma_store(gmem=0, spad=out, cols=n, base=GmemBase.ARG1)
+            body += [wait()] + make(spad, out, n) + [store, wait(), ret()]
+            a = ins[0].word(h, 0)
+            b = ins[1].word(h, 0) if n_in == 2 else yb.word(h, 0)
+            self.emit(body, a, b)
+
+
+def compile_graph(graph, config, *, policy="none", lanes=None):
+    """Compile ``graph`` for a tile with ``config`` under ``policy``.
+
+    Raises
+    ------
+    CompileError
+        Naming the node and op that cannot be fitted on this configuration.
+    ValueError
+        For an unknown policy.
+    """
+    if not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a TileConfig, not {config!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    lanes = lanes or min(config.rows, config.cols, config.word_bytes)
+    c = _Compiler(graph, config, policy, lanes)
+    T = graph.tensors
+
+    # Shapes as maps; Flatten is an alias of its input's map.
+    alias = {}
+    for op in graph.ops:
+        if isinstance(op, Flatten):
+            alias[op.y] = alias.get(op.x, op.x)
+
+    map_shape = c.map_shape
+    consumers = {}
+    for op in graph.ops:
+        for name in _inputs(op):
+            consumers.setdefault(alias.get(name, name), []).append(op)
+
+    # Fusion decisions (static policy): conv -> its only consumer, an unpadded max-pool.
+    fused = {}
+    if policy == "static":
+        for op in graph.ops:
+            if isinstance(op, Conv) and len(consumers.get(op.y, [])) == 1:
+                (nxt,) = consumers[op.y]
+                if isinstance(nxt, MaxPool) and not any(nxt.pads) and op.y not in (
+                        graph.output,):
+                    fused[op.name] = nxt
+
+    # Buffers with rings for their consumers' padding.
+    skipped = {op.y for op in graph.ops if op.name in fused}   # conv maps kept on-tile
+    names = [graph.input] + [op.y for op in graph.ops if not isinstance(op, Flatten)]
+    for name in names:
+        if name in skipped:
+            continue
+        c.buffers[name] = Buffer(name, map_shape(name))
+    for name, buf in c.buffers.items():
+        ring = [0, 0, 0, 0]
+        pad_value = None
+        for op in consumers.get(name, []):
+            pads = getattr(op, "pads", None)
+            if not pads or not any(pads):
+                continue
+            value = -128 if isinstance(op, MaxPool) else T[name].zero_point
+            if pad_value is not None and value != pad_value:
+                raise CompileError(op.name, type(op).__name__, f"{name!r} is padded with "
+                                   "different values by its consumers")
+            pad_value = value
+            ring = [max(r, p) for r, p in zip(ring, pads)]
+        buf.ring = tuple(ring)
+        buf.pad_value = pad_value
+    for name in alias:
+        c.buffers[name] = c.buffers[alias[name]]
+
+    # Constants first (their addresses are fixed by the kernels), then the buffers.
+    specs = []
+    for op in graph.ops:
+        if isinstance(op, (Dense, Conv, AvgPool)):
+            x = alias.get(op.x, op.x)
+            specs.append((op, _conv_spec(op, T, x, map_shape(x))))
+        elif isinstance(op, (MaxPool, Add, Clamp, Flatten)):
+            specs.append((op, None))
+        else:
+            raise CompileError(getattr(op, "name", "?"), type(op).__name__, "not supported")
+
+    for name, buf in c.buffers.items():
+        if name not in alias:
+            buf.at = c.alloc(buf.words)
+
+    for op, spec in specs:
+        if isinstance(op, Flatten) or any(op is p for p in fused.values()):
+            continue
+        if spec is not None:
+            c.conv(spec, fused.get(op.name))
+        elif isinstance(op, MaxPool):
+            c.maxpool(op)
+        elif isinstance(op, Add):
+            c.add(op)
+        elif isinstance(op, Clamp):
+            c.clamp(op)
+
+    if c.top * config.word_bytes > config.gmem_bytes:
+        raise CompileError(graph.name, "Graph", f"needs {c.top * config.word_bytes} bytes "
+                           f"of GMEM, the tile has {config.gmem_bytes}")
+
+    gmem = bytearray(c.top * config.word_bytes)
+    for buf in c.buffers.values():
+        if buf.pad_value is not None:
+            start = buf.at * config.word_bytes
+            gmem[start:start + buf.words * config.word_bytes] = \
+                bytes([buf.pad_value & 0xFF]) * (buf.words * config.word_bytes)
+    for at, data in c.const:
+        gmem[at * config.word_bytes:at * config.word_bytes + len(data)] = data
+
+    segments = _segments(c.calls, config)
+    return Program(config, graph, policy, segments, bytes(gmem), c.buffers[graph.input],
+                   c.buffers[alias.get(graph.output, graph.output)], (0, config.spad_words),
+                   lanes, calls=len(c.calls))
+
+
+def _inputs(op):
+    if isinstance(op, Add):
+        return [op.a, op.b]
+    return [op.x]
+
+
+def _segments(calls, config):
+    """Cut the CALL sequence into segments that fit the slots and a plan bank."""
+    segments = []
+    kernels, plan = {}, []
+    for body, a, b in calls:
+        slot = kernels.get(body)
+        if slot is None and len(kernels) == config.kernel_slots or \
+                len(plan) + 2 > config.plan_depth:
+            segments.append(Segment({s: list(k) for k, s in kernels.items()}, plan + [done()]))
+            kernels, plan = {}, []
+            slot = None
+        if slot is None:
+            slot = kernels[body] = len(kernels)
+        plan.append(call(slot, a=a, b=b))
+    if plan:
+        segments.append(Segment({s: list(k) for k, s in kernels.items()}, plan + [done()]))
+    return segments
