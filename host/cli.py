@@ -246,6 +246,91 @@ def demo_command(args, out):
     return 0 if result["correct"] else 1
 
 
+# -- run --------------------------------------------------------------------------------
+
+@command("run", "run a quantised ONNX model on the tile", [
+    arg("model", help="int8 ONNX model (QDQ or QOperator form)"),
+    arg("--input", "-i", required=True, metavar="X.npy",
+        help="float samples stacked on axis 0 (each the model's input without its batch "
+             "dimension of 1)"),
+    arg("--output", "-o", metavar="Y.npy",
+        help="write the dequantised float32 outputs, stacked on axis 0"),
+    arg("--target", "-t", default="model",
+        help=f"transport to the tile (known: {', '.join(transport_names())}; default: model)"),
+    arg("--policy", "-p", default="none", help="kernel fusion policy: none or static "
+        "(default: none)"),
+    _CONFIG_ARG,
+])
+def run_command(args, out):
+    import numpy as np
+    from rich.progress import Progress
+    from ..kernels.compiler import POLICIES, compile_graph
+    from ..kernels.graph import GraphError
+    from .device import Device
+    from .onnx_import import load_model
+    from .runner import infer, load_program
+
+    if args.policy not in POLICIES:
+        raise CommandError(f"--policy must be one of {', '.join(POLICIES)}, not "
+                           f"{args.policy!r}")
+    try:
+        graph = load_model(args.model)
+    except GraphError as e:
+        raise CommandError(f"{args.model}: {e}") from e
+    except OSError as e:
+        raise CommandError(f"cannot read {args.model}: {e.strerror or e}") from e
+    try:
+        x = np.load(args.input)
+    except (OSError, ValueError) as e:
+        raise CommandError(f"cannot read {args.input}: {e}") from e
+    shape = tuple(graph.tensors[graph.input].shape)
+    if x.ndim == len(shape):            # a single sample
+        x = x[None]
+    try:
+        xq = graph.quantize_input(x.reshape((len(x),) + shape))
+    except ValueError as e:
+        raise CommandError(f"{args.input}: samples of shape {x.shape[1:]} do not fit the "
+                           f"model's input {shape}") from e
+    config = _parse_config(args.config)
+    with _open_target(args.target, config) as transport:
+        device = Device(transport)
+        try:
+            program = compile_graph(graph, device.config, policy=args.policy)
+        except GraphError as e:
+            raise CommandError(f"{args.model}: {e}") from e
+        load_program(device, program)
+        with Progress(transient=True, disable=out.json or len(x) <= 1,
+                      console=out.console()) as bar:
+            task = bar.add_task(f"{Path(args.model).name} on {args.target}", total=len(x))
+            yq, stats = infer(device, program, xq,
+                              progress=lambda n, total: bar.update(task, completed=n))
+    y = graph.dequantize_output(yq)
+    if args.output:
+        try:
+            np.save(args.output, y)
+        except OSError as e:
+            raise CommandError(f"cannot write {args.output}: {e.strerror}") from e
+    result = {"model": args.model, "samples": int(len(x)), "target": args.target,
+              "policy": args.policy, "profile_hash": device.config.profile_hash,
+              "lanes": program.lanes, "segments": len(program.segments),
+              **stats.per_inference()}
+
+    def human(console):
+        from rich.table import Table
+        table = Table(title=f"{Path(args.model).name}: {len(x)} samples on {args.target}, "
+                            f"policy {args.policy} (from the tile's counters)")
+        table.add_column("Per inference")
+        table.add_column("Value", justify="right")
+        for key, value in stats.per_inference().items():
+            table.add_row(key.replace("_per_inference", ""),
+                          f"{value:.1%}" if key == "mac_utilization" else f"{value:,.1f}")
+        console.print(table)
+        if args.output:
+            console.print(f"outputs written to {args.output}")
+
+    out.result(result, human=human)
+
+
 # -- bench --------------------------------------------------------------------------------
 
 @command("bench", "run a benchmark; every number comes from the tile's counters", [

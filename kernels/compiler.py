@@ -60,6 +60,11 @@ POLICIES = ("none", "static")
 _MAX_COLS = 4095          # DMA rows / cols fields
 _MAX_WINDOW = 15          # VPOOL window field
 
+#: Before a DMA stores what compute instructions wrote: the compute unit runs beside
+#: the sequencer, so without it the store could read the words before they are
+#: written (a race the golden model, which completes compute at issue, cannot see).
+_DRAIN = wait(compute=True)
+
 
 class CompileError(GraphError):
     """A graph the compiler cannot fit on this tile configuration."""
@@ -327,7 +332,7 @@ class _Compiler:
         cwords = G * block
         zp = self.T[spec.y].zero_point
         prologue = self.load_const(0, at, cwords) + self.vector_cfg(zp, spec.lo, spec.hi)
-        fixed = len(prologue) + 4               # wait, store, wait, ret
+        fixed = len(prologue) + 5               # wait, drain, store, wait, ret
 
         if pool is None:
             # Chunks of P pixels of one output row: the largest divisor of OW that fits.
@@ -342,7 +347,7 @@ class _Compiler:
                                    "scratchpad even one pixel per call")
             body = prologue + self.conv_rows_body(spec, xb, P, 1, row_buf, patch=patch,
                                                   consts=consts)
-            body += [dma_store(gmem=0, spad=row_buf, cols=P * Co, base=GmemBase.ARG1), wait(),
+            body += [_DRAIN, dma_store(gmem=0, spad=row_buf, cols=P * Co, base=GmemBase.ARG1), wait(),
                      ret()]
             for oh in range(OH):
                 for ow0 in range(0, OW, P):
@@ -363,7 +368,8 @@ class _Compiler:
         body = prologue + self.conv_rows_body(spec, xb, OW, pkh, row_buf, patch=patch,
                                               consts=consts)
         body += self.pool_rows(row_buf, OW, Co, pkh, pkw, psw, PW, tmp, out)
-        body += [dma_store(gmem=0, spad=out, cols=PW * Co, base=GmemBase.ARG1), wait(), ret()]
+        body += [_DRAIN, dma_store(gmem=0, spad=out, cols=PW * Co, base=GmemBase.ARG1), wait(),
+                 ret()]
         if len(body) > cfg.slot_depth:
             raise CompileError(spec.name, spec.op, f"fused with {pool.name} needs "
                                f"{len(body)} micro-instructions, a slot holds "
@@ -403,7 +409,8 @@ class _Compiler:
         # Window columns start at padded column ow * sw + (ring - pad).
         start = xb.ring[1] - pl
         body += self.pool_rows(rows, xb.Wp, C, kh, kw, sw, OW, tmp, out, start)
-        body += [dma_store(gmem=0, spad=out, cols=OW * C, base=GmemBase.ARG1), wait(), ret()]
+        body += [_DRAIN, dma_store(gmem=0, spad=out, cols=OW * C, base=GmemBase.ARG1), wait(),
+                 ret()]
         if len(body) > cfg.slot_depth:
             raise CompileError(op.name, "MaxPool", f"needs {len(body)} micro-instructions")
         for oh in range(OH):
@@ -446,7 +453,7 @@ class _Compiler:
                     store = dma_store(gmem=yb.word(h, 0), spad=out, cols=n)
             else:
                 store = dma_store(gmem=0, spad=out, cols=n, base=GmemBase.ARG1)
-            body += [wait()] + make(spad, out, n) + [store, wait(), ret()]
+            body += [wait()] + make(spad, out, n) + [_DRAIN, store, wait(), ret()]
             a = ins[0].word(h, 0)
             b = ins[1].word(h, 0) if n_in == 2 else yb.word(h, 0)
             self.emit(body, a, b)

@@ -1,0 +1,155 @@
+"""The kernel compiler: compiled graphs on the golden model equal the IR's reference
+bit for bit, under both policies; Verilator equals the model (``cocotb`` marker)."""
+
+import numpy as np
+import pytest
+
+from fusetile.host import open_transport
+from fusetile.host.device import Device
+from fusetile.host.runner import infer, load_program
+from fusetile.kernels.compiler import POLICIES, CompileError, compile_graph
+from fusetile.kernels.config import TileConfig
+from fusetile.kernels.graph import (Add, AvgPool, Clamp, Conv, Dense, Flatten, Graph, MaxPool,
+                                    QTensor, Requant, run_reference)
+
+from conftest import require_simulator
+
+
+def _rq(rng, n, lo=1e-4, hi=4e-3):
+    return Requant.from_scales(rng.uniform(lo, hi, n))
+
+
+def _w(rng, shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def _b(rng, n):
+    return rng.integers(-20000, 20000, n).astype(np.int32)
+
+
+def _t(name, shape, rng):
+    return QTensor(name, tuple(shape), float(rng.uniform(0.01, 0.2)), int(rng.integers(-20, 20)))
+
+
+def conv_net(seed, *, ci=3, co=5, hw=(6, 7), k=(3, 3), stride=(1, 1), pads=(1, 1, 1, 1),
+             pool=((2, 2), (2, 2), (0, 0, 0, 0)), dense=10):
+    """Conv -> MaxPool -> Flatten -> Dense, random odd sizes."""
+    rng = np.random.default_rng(seed)
+    H, W = hw
+    OH = (H + pads[0] + pads[2] - k[0]) // stride[0] + 1
+    OW = (W + pads[1] + pads[3] - k[1]) // stride[1] + 1
+    (pk, ps, pp) = pool
+    PH = (OH + pp[0] + pp[2] - pk[0]) // ps[0] + 1
+    PW = (OW + pp[1] + pp[3] - pk[1]) // ps[1] + 1
+    T = {"x": _t("x", (ci, H, W), rng), "c": _t("c", (co, OH, OW), rng)}
+    T["p"] = QTensor("p", (co, PH, PW), T["c"].scale, T["c"].zero_point)
+    T["f"] = QTensor("f", (co * PH * PW,), T["c"].scale, T["c"].zero_point)
+    T["y"] = _t("y", (dense,), rng)
+    ops = [Conv("conv", "x", "c", _w(rng, (co, ci) + tuple(k)), _b(rng, co), _rq(rng, co),
+                stride, pads, lo=T["c"].zero_point),
+           MaxPool("pool", "c", "p", pk, ps, pp),
+           Flatten("flat", "p", "f"),
+           Dense("fc", "f", "y", _w(rng, (dense, co * PH * PW)), _b(rng, dense),
+                 _rq(rng, dense, 1e-5, 1e-3))]
+    return Graph(f"conv_net{seed}", T, ops, "x", "y")
+
+
+def residual_net(seed):
+    """Conv -> (Clamp, AvgPool 3x3 pad 1 count_include_pad) -> Add -> GAP -> Dense."""
+    rng = np.random.default_rng(seed)
+    T = {"x": _t("x", (2, 5, 5), rng), "c": _t("c", (9, 5, 5), rng)}
+    T["r"] = QTensor("r", (9, 5, 5), T["c"].scale, T["c"].zero_point)
+    T["a"] = _t("a", (9, 5, 5), rng)
+    T["s"] = QTensor("s", (9, 5, 5), 1.0, 3)       # so that both scale ratios are < 1
+    T["g"] = _t("g", (9, 1, 1), rng)
+    T["f"] = QTensor("f", (9,), T["g"].scale, T["g"].zero_point)
+    T["y"] = _t("y", (3,), rng)
+    ops = [Conv("conv", "x", "c", _w(rng, (9, 2, 3, 3)), _b(rng, 9), _rq(rng, 9), (1, 1),
+                (1, 1, 1, 1)),
+           Clamp("relu", "c", "r", T["c"].zero_point, 127),
+           AvgPool("avg", "c", "a", (3, 3), (1, 1), (1, 1, 1, 1), count_include_pad=True),
+           Add("add", "r", "a", "s", int(T["r"].scale * 2**31), int(T["a"].scale * 2**31), 0),
+           AvgPool("gap", "s", "g", (5, 5), (1, 1)),
+           Flatten("flat", "g", "f"),
+           Dense("fc", "f", "y", _w(rng, (3, 9)), _b(rng, 3), _rq(rng, 3))]
+    return Graph(f"residual{seed}", T, ops, "x", "y")
+
+
+GRAPHS = {
+    "conv3x3": lambda: conv_net(1),
+    "conv5x5_stride2_wide": lambda: conv_net(2, ci=4, co=11, hw=(9, 8), k=(5, 5), stride=(2, 2),
+                                             pads=(2, 1, 2, 1), pool=((1, 2), (1, 1), (0, 0, 0, 0))),
+    "conv1x1_padded_pool": lambda: conv_net(3, ci=5, co=3, hw=(4, 5), k=(1, 1), pads=(0, 0, 0, 0),
+                                            pool=((3, 3), (2, 2), (1, 1, 1, 1))),
+    "residual": lambda: residual_net(4),
+}
+
+
+def _samples(graph, n, seed=9):
+    rng = np.random.default_rng(seed)
+    return rng.integers(-128, 128, (n,) + tuple(graph.tensors[graph.input].shape)).astype(np.int8)
+
+
+def _reference(graph, xs):
+    return np.stack([run_reference(graph, x)[graph.output] for x in xs])
+
+
+def _run(target, graph, xs, policy, config=TileConfig()):
+    with open_transport(target, config=config) as transport:
+        dev = Device(transport)
+        program = compile_graph(graph, config, policy=policy)
+        load_program(dev, program)
+        return infer(dev, program, xs)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name", GRAPHS)
+def test_model_target_matches_reference(name, policy):
+    graph = GRAPHS[name]()
+    xs = _samples(graph, 11)                 # two groups of lanes, the second partial
+    y, stats = _run("model", graph, xs, policy)
+    assert np.array_equal(y, _reference(graph, xs))
+    assert stats.samples == 11 and stats.runs == 2 * len(compile_graph(
+        graph, TileConfig(), policy=policy).segments)
+    assert stats.macs > 0
+
+
+def test_static_fuses_conv_and_pool():
+    graph = conv_net(1)
+    none = compile_graph(graph, TileConfig(), policy="none")
+    static = compile_graph(graph, TileConfig(), policy="static")
+    assert static.calls < none.calls
+    xs = _samples(graph, 8)
+    _, s_none = _run("model", graph, xs, "none")
+    _, s_static = _run("model", graph, xs, "static")
+    assert s_static.dma_bytes_out < s_none.dma_bytes_out
+
+
+def test_segments_when_the_plan_is_short():
+    """A plan bank too short for all the calls: the program runs in segments."""
+    config = TileConfig(plan_depth=8)
+    graph = conv_net(1)
+    program = compile_graph(graph, config, policy="none")
+    assert len(program.segments) > 1
+    assert all(len(s.plan) <= 8 for s in program.segments)
+    xs = _samples(graph, 3)
+    y, _ = _run("model", graph, xs, "none", config)
+    assert np.array_equal(y, _reference(graph, xs))
+
+
+def test_too_big_is_a_clear_error():
+    graph = conv_net(1, ci=64, co=64, hw=(30, 30))
+    with pytest.raises(CompileError, match=r"node 'conv' \(Conv\)"):
+        compile_graph(graph, TileConfig(), policy="none")
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("policy", POLICIES)
+def test_verilator_matches_model(policy):
+    require_simulator("verilator")
+    graph = residual_net(4) if policy == "none" else conv_net(1)
+    xs = _samples(graph, 8)
+    y_model, _ = _run("model", graph, xs, policy)
+    y_rtl, stats = _run("verilator", graph, xs, policy)
+    assert np.array_equal(y_rtl, y_model)
+    assert stats.macs == _run("model", graph, xs, policy)[1].macs
