@@ -5,9 +5,11 @@ Two forms of quantised model are lowered:
 * **QDQ**, as onnxruntime's ``quantize_static(quant_format=QuantFormat.QDQ)`` writes
   it: float operators between DequantizeLinear (DQ) and QuantizeLinear (Q) nodes. Each
   ``DQ -> op [-> Add bias] [-> Mul scale] [-> Relu | Clip ...] -> Q`` becomes one IR
-  operator whose output is the Q's int8 tensor, with fixed-point requantisation.
+  operator whose output is the Q's int8 tensor, with fixed-point requantisation
+  computed from the scales as onnxruntime does (``s_x * s_w / s_y`` in float32).
   Supported ops: Conv, Gemm, MatMul (constant weights), Add (two activations),
-  MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape, Squeeze, Relu, Clip.
+  MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape, Squeeze, Relu, Clip,
+  Identity. A Relu or Clip folds into the clamp of the op before it.
 * **QOperator** where the ONNX standard defines it: QLinearConv, QLinearMatMul
   (constant B), and MatMulInteger / ConvInteger when a ``Cast -> Mul [-> Add] ->
   QuantizeLinear`` chain turns their int32 result back into int8 (an int32 graph
@@ -20,19 +22,27 @@ Weights must be constant int8 (or uint8) with a zero point that folds away: ``w 
 zero point`` must fit int8 (always true for int8 with zero point 0 and for uint8 with
 zero point 128).
 
+Requantisations the IR has no op for are written with ops that compute them exactly
+in the tile's arithmetic (and say so in ``Graph.notes``): ``Q(DQ(t))`` to other
+parameters, a Relu or Flatten quantised with a scale of its own, is an Add of ``t``
+with itself (scale ratios below 2) or a 1x1 convolution with weights ``k * I``; an
+average whose scale ``s_x / (s_y * count)`` is 1 or more, a convolution with weights
+``k`` on the channel diagonal.
+
 Everything else raises :class:`~fusetile.kernels.graph.GraphError` naming the node and
 its op: the importer never returns a graph that computes something else than the
-model (up to the documented rounding of the requantisation scales).
+model, up to the rounding of the fixed-point scales (and of a float bias to the
+accumulator's units).
 
 How it works: the nodes are evaluated symbolically in topological order. Each ONNX
 tensor gets a *value*: a constant, an IR int8 tensor, the dequantised view of one, or
-a pending float result that a later QuantizeLinear turns into an IR operator (Relu,
-Clip, bias Add and Mul fold into it on the way).
+a pending result that a later QuantizeLinear turns into an IR operator (Relu, Clip,
+bias Add and Mul fold into it on the way).
 """
 
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
@@ -154,10 +164,8 @@ class _Importer:
         self.ops = []
         self.notes = []
         self.input = None         # IR input tensor name
-        self.input_float = False
-        self.consumers = {}
-        self.onnx_shapes = {}
-        self.elem_types = {}
+        self.consumers = {}       # ONNX tensor name -> number of readers
+        self.onnx_shapes = {}     # ONNX tensor name -> inferred shape
 
     # ---- driver -------------------------------------------------------------------------
 
@@ -189,7 +197,6 @@ class _Importer:
         g = inferred.graph
         for vi in list(g.value_info) + list(g.input) + list(g.output):
             t = vi.type.tensor_type
-            self.elem_types[vi.name] = t.elem_type
             if t.HasField("shape"):
                 self.onnx_shapes[vi.name] = tuple(
                     d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
@@ -234,9 +241,8 @@ class _Importer:
         shape = self._ir_shape(vi.name, vi.name, "Input")
         if elem == _FLOAT:
             self.values[vi.name] = _FloatInput(vi.name)
-            self.input_float = True
         elif elem in _QTYPES:
-            self._new_act(vi.name, shape, _QParams(_QTYPES[elem]))
+            self.values[vi.name] = self._new_act(vi.name, shape, _QParams(_QTYPES[elem]))
             self.input = vi.name
             self.notes.append(f"input {vi.name!r}: {_QTYPES[elem].name} model input"
                               + (" (shifted by -128)" if elem == onnx.TensorProto.UINT8 else ""))
@@ -267,6 +273,8 @@ class _Importer:
                              "graphs with one")
         out = self.graph.output[0].name
         v = self.values.get(out)
+        if isinstance(v, _Pending) and v.kind == "same":
+            v = self._materialise(out, v)
         if isinstance(v, _Act):
             self.notes.append(f"output {out!r}: {self.qp[v.name].dtype.name} model output")
             return v.name
@@ -300,16 +308,15 @@ class _Importer:
     def _int8_input(self, node, name, index, want=(_Act,)):
         v = self._value(node, name, index)
         if _Deq in want and isinstance(v, _Pending) and v.kind == "same":
-            v = self._materialise(node, index, v)
+            v = self._materialise(node.input[index], v)
         if not isinstance(v, want):
             raise GraphError(name, node.op_type, self._why_not_int8(node, index, v))
         return v.name
 
-    def _materialise(self, node, index, p):
+    def _materialise(self, tensor, p):
         """A MaxPool/Flatten/Relu result used without a QuantizeLinear is still exactly
         the dequantisation of int8 values in its input's quantisation (max, reshape and
         clamping at a grid point commute with DequantizeLinear): give it a tensor."""
-        tensor = node.input[index]
         qx = self.qp[p.inputs[0]]
         for bound in (p.lo, p.hi):
             steps = bound / qx.scale if math.isfinite(bound) else 0.0
@@ -415,7 +422,11 @@ class _Importer:
         y = node.output[0]
         if isinstance(v, _FloatInput):
             if self.input is not None:
-                return self._requant_alias(node, name, self.input, scale, zp)
+                qp = self.qp[self.input]
+                if (qp.scale, qp.zero_point) != (scale, zp):
+                    raise GraphError(name, node.op_type, "the float input is quantised "
+                                     "twice, with different parameters")
+                return _Act(self.input)
             self.input = y
             self.notes.append(f"input {v.name!r}: float, quantised by {name!r} (on the host)")
             return self._new_act(y, self._ir_shape(v.name, name, node.op_type),
@@ -502,7 +513,7 @@ class _Importer:
             raise GraphError(name, node.op_type, f"{what} zero point must be 0 (or 128 for "
                              f"uint8): {what} minus zero point spans {w.min()}..{w.max()}, "
                              "outside int8")
-        return w.astype(np.int8), scale.astype(np.float32)
+        return w.astype(np.int8), scale.astype(_scale_type(scale.dtype))
 
     def _per_channel(self, node, name, v, axis, ndim, out_axis, n, what):
         v = np.asarray(v if v is not None else 0).reshape(-1)
@@ -588,18 +599,24 @@ class _Importer:
 
     def _conv_pending(self, node, name, x, w, acc_scale, bias, int32=False):
         c, h, wd = self._map_input(node, name, x)
+        stride, pads = self._geometry(node, name, w.shape[2:], pool=False)
         if w.ndim != 4 or w.shape[1] != c:
             raise GraphError(name, node.op_type, f"weights {w.shape} do not match the "
-                             f"{c}-channel input (group must be 1)")
-        stride, pads = self._geometry(node, name, w.shape[2:], pool=False)
+                             f"{c}-channel input")
         return _Pending(name, node.op_type, "mac", Conv, (x,), self._out_shape(node, name),
                         dict(weight=w, stride=stride, pads=pads), acc_scale=acc_scale,
                         bias=bias, extra_bias=np.zeros(len(w)), int32=int32)
 
     def _acc_scale(self, x, s_w):
-        """Real value of one accumulator unit, as onnxruntime computes it (float32)."""
+        """Real value of one accumulator unit, ``s_x * s_w`` per channel, computed as
+        onnxruntime and onnx's reference do: in the scales' float type (float32, or
+        float16 when all are float16)."""
         s_x = self.qp[x].scale
-        return (np.float32(s_x if s_x is not None else 1.0) * s_w).astype(np.float32)
+        s_x = 1.0 if s_x is None else s_x
+        kind = s_w.dtype.type
+        if kind(s_x) != s_x:            # not a float16 value: compute in float32
+            kind = np.float32
+        return (kind(s_x) * s_w.astype(kind)).astype(kind)
 
     def _dense_pending(self, node, name, x, w, acc_scale, bias, int32=False):
         k = int(np.prod(self.shapes[x]))
@@ -623,10 +640,11 @@ class _Importer:
         self._vector_input(node, name, x)
         trans_b = a.get("transB", 0)
         w, s_w = self._weight(node, name, self._const(node, name, 1, "B"), 0 if trans_b else 1)
-        acc_scale = (self._acc_scale(x, s_w) * np.float32(a.get("alpha", 1.0))).astype(
-            np.float32)
-        if not np.all(acc_scale > 0):
-            raise GraphError(name, node.op_type, "alpha must be positive")
+        acc_scale = self._acc_scale(x, s_w)
+        if a.get("alpha", 1.0) != 1.0:
+            if a["alpha"] <= 0:
+                raise GraphError(name, node.op_type, "alpha must be positive")
+            acc_scale = (acc_scale * np.float32(a["alpha"])).astype(np.float32)
         c = self._value(node, name, 2)
         if c is not None and not isinstance(c, _Const):
             raise GraphError(name, node.op_type, "C must be a constant")
@@ -652,6 +670,12 @@ class _Importer:
         for p, c, i in ((va, vb, 0), (vb, va, 1)):
             if isinstance(p, _Pending) and p.kind == "mac" and isinstance(c, _Const):
                 return self._fold_bias(node, name, p, c, i)
+        for c, other in ((va, node.input[1]), (vb, node.input[0])):
+            if isinstance(c, _Const):
+                raise GraphError(name, node.op_type, f"adds a constant tensor to "
+                                 f"{other!r}: the IR has no constant tensors (a MatMul bias "
+                                 "quantised separately? onnxruntime.quantization."
+                                 "quant_pre_process fuses MatMul + Add into Gemm)")
         a = self._deq_input(node, name, 0)
         b = self._deq_input(node, name, 1)
         if self.shapes[a] != self.shapes[b]:
@@ -664,16 +688,13 @@ class _Importer:
         (C, 1, 1) or (1, C, 1, 1))."""
         n = len(p.fields["weight"])
         v = np.asarray(c.value, np.float64)
-        squeezed = v.reshape(-1)
-        ok = v.size in (1, n) and (v.size == 1 or sum(d != 1 for d in v.shape) <= 1)
-        if ok and p.cls is Conv and v.ndim >= 3 and v.size > 1:
-            ok = v.shape[-3] == n
-        elif ok and v.size > 1 and v.ndim >= 1:
-            ok = v.shape[-1] == n
-        if not ok:
+        if v.size == 1:
+            return np.full(n, v.item())
+        axis = -3 if p.cls is Conv else -1         # the channel axis, broadcasting right
+        if v.size != n or v.ndim < -axis or v.shape[axis] != n:
             raise GraphError(name, node.op_type, f"constant of shape {v.shape} is not per "
                              f"output channel of {p.node!r}")
-        return np.broadcast_to(squeezed, (n,)).astype(np.float64)
+        return v.reshape(-1)
 
     def _fold_bias(self, node, name, p, c, index):
         self._single_use(node, name, index)
@@ -716,14 +737,12 @@ class _Importer:
 
     def _op_Clip(self, node, name):
         a = self._attrs(node)
-        lo, hi = a.get("min", -math.inf), a.get("max", math.inf)     # opset < 11
-        for i, default in ((1, None), (2, None)):
-            v = self._value(node, name, i)
-            if v is not None:
-                val = float(np.asarray(self._const(node, name, i, "the bound").value)
-                            .reshape(()))
-                lo, hi = (val, hi) if i == 1 else (lo, val)
-        return self._clamp(node, name, lo, hi)
+        bounds = [a.get("min", -math.inf), a.get("max", math.inf)]     # opset < 11
+        for i in (1, 2):                                                 # opset >= 11
+            if self._value(node, name, i) is not None:
+                bounds[i - 1] = float(np.asarray(
+                    self._const(node, name, i, "the bound").value).reshape(()))
+        return self._clamp(node, name, *bounds)
 
     def _clamp(self, node, name, lo, hi):
         """Relu / Clip: folds into a pending op, or becomes an IR Clamp."""
@@ -793,8 +812,13 @@ class _Importer:
     def _reshape(self, node, name):
         """Flatten/Reshape/Squeeze: to (1, K) is the IR's Flatten; to the same shape is
         nothing; anything else is not expressible."""
-        v = self._value(node, name, 0)
+        if isinstance(self._value(node, name, 0), _FloatInput):
+            # Flattening the float input before its QuantizeLinear moves no data: the
+            # IR input is then the flat tensor (host samples reshape to it in C, H, W).
+            self.notes.append(f"{name}: {node.op_type} of the float input")
+            return _FloatInput(node.output[0])
         x = self._int8_input(node, name, 0, want=(_Deq, _Act))
+        v = self._value(node, name, 0)
         shape = self._out_shape(node, name)
         if shape == self.shapes[x]:
             return v
@@ -937,15 +961,16 @@ class _Importer:
             self.ops.append(Add(p.node, p.inputs[0], p.inputs[1], y, mult_a, mult_b, shift,
                                 lo, hi))
         elif p.kind == "avgpool":
-            op = AvgPool(p.node, p.inputs[0], y, lo=lo, hi=hi, **p.fields)
-            self._check_avgpool_scales(op, y)
-            self.ops.append(op)
+            self._finish_avgpool(p, y, lo, hi)
         else:
             self._finish_same(p, y, lo, hi)
 
     def _finish_mac(self, p, y, lo, hi):
-        s_y = np.float32(self.qp[y].scale)
-        scales = (p.acc_scale / s_y).astype(np.float32)          # as onnxruntime does
+        kind = p.acc_scale.dtype.type
+        if kind(self.qp[y].scale) != self.qp[y].scale:
+            kind = np.float32
+        # s_x * s_w / s_y in the scales' float type, as onnxruntime and onnx's reference
+        scales = (p.acc_scale.astype(kind) / kind(self.qp[y].scale)).astype(kind)
         requant = Requant.from_scales(scales, node=p.node, op=p.op_type)
         bias = p.bias + np.rint(p.extra_bias / p.acc_scale.astype(np.float64)).astype(np.int64)
         if np.abs(bias).max(initial=0) >= 2**31:
@@ -953,11 +978,34 @@ class _Importer:
         self.ops.append(p.cls(p.node, p.inputs[0], y, bias=bias.astype(np.int32),
                               requant=requant, lo=lo, hi=hi, **p.fields))
 
-    def _check_avgpool_scales(self, op, y):
-        """Fail now, not at run time, if a window's scale is not representable."""
-        s_x, s_y = self.qp[op.x].scale, self.qp[y].scale
-        for count in _window_counts(op, self.shapes[op.x]):
-            Requant.from_scales(s_x / (s_y * count), node=op.name, op="AvgPool")
+    def _finish_avgpool(self, p, y, lo, hi):
+        """An AvgPool, unless a window's scale ``s_x / (s_y * count)`` is 1 or more
+        (an output scale finer than the input's, as a GlobalAveragePool over a small map
+        may get): then, if every window has the same count, the convolution with weights
+        ``k`` on the diagonal and a scale of ``1 / k`` of it, which is exact too."""
+        x = p.inputs[0]
+        op = AvgPool(p.node, x, y, lo=lo, hi=hi, **p.fields)
+        counts = sorted(_window_counts(op, self.shapes[x]))
+        ratio = self.qp[x].scale / self.qp[y].scale
+        top = ratio / counts[0]                      # the largest window scale
+        if top < 1:
+            self.ops.append(op)
+            return
+        if len(counts) > 1:
+            raise GraphError(p.node, p.op_type, f"window scale {top:g} is "
+                             "1 or more, with windows of different sizes: not supported")
+        k = 2 ** math.ceil(math.log2(top) + 1e-9)
+        if k > 64:
+            raise GraphError(p.node, p.op_type, f"window scale {top:g}: 64 or more is not "
+                             "supported")
+        c = self.shapes[x][0]
+        weight = np.zeros((c, c) + tuple(op.kernel), dtype=np.int8)
+        weight[np.arange(c), np.arange(c)] = k
+        requant = Requant.from_scales(np.full(c, top / k), node=p.node, op=p.op_type)
+        self.ops.append(Conv(p.node, x, y, weight, np.zeros(c, np.int32), requant,
+                             stride=op.stride, pads=op.pads, lo=lo, hi=hi))
+        self.notes.append(f"{p.node}: average (scale {top:.4g}) as a convolution with "
+                          f"weights {k} * I")
 
     def _finish_same(self, p, y, lo, hi):
         """MaxPool, Flatten, Clamp: the output quantisation is the input's, or the op
@@ -1070,6 +1118,11 @@ class _Importer:
             tensors[n] = QTensor(n, self.shapes[n], float(scale), int(zp))
         return Graph(self.graph.name or "onnx", tensors, self.ops, self.input, output,
                      self.notes)
+
+
+def _scale_type(dtype):
+    """float16 scales stay float16 (their products are rounded to it); others float32."""
+    return np.float16 if dtype == np.float16 else np.float32
 
 
 def _requant_multipliers(ratio, node):

@@ -78,6 +78,8 @@ class Requant:
                 q //= 2
                 exponent += 1
             sh = -exponent
+            if sh < 0:                                # rounded up to 1: the largest below
+                q, sh = 2**31 - 1, 0
             if sh > 31:
                 # Fold what does not fit in the shift into the multiplier.
                 q >>= sh - 31
