@@ -704,3 +704,29 @@ def test_refuses_ceil_mode(tmp_path):
     path = quantise(model, tmp_path / "m.onnx")
     with pytest.raises(GraphError, match=r"node 'pool' \(MaxPool\): ceil_mode=1"):
         load_model(path)
+
+
+# -- the generated models on the tile's golden model --------------------------------------
+
+@pytest.mark.parametrize("policy", ["none", "static"])
+def test_generated_models_on_the_model_target(qdq_results, policy):
+    """Every onnxruntime-quantised model above, compiled and run on the ``model`` target,
+    gives exactly the reference's outputs (which are within a step of onnxruntime's)."""
+    from fusetile.host import open_transport
+    from fusetile.host.device import Device
+    from fusetile.host.runner import infer, load_program
+    from fusetile.kernels.compiler import compile_graph
+    from fusetile.kernels.config import TileConfig
+
+    config = TileConfig()
+    with open_transport("model", config=config) as transport:
+        dev = Device(transport)
+        for key, (graph, _, _) in qdq_results.items():
+            rng = np.random.default_rng(7)
+            shape = tuple(graph.tensors[graph.input].shape)
+            xs = rng.integers(-128, 128, (9,) + shape).astype(np.int8)
+            program = compile_graph(graph, config, policy=policy)
+            load_program(dev, program)
+            y, _ = infer(dev, program, xs)
+            expected = np.stack([run_reference(graph, x)[graph.output] for x in xs])
+            assert np.array_equal(y, expected), key
