@@ -84,7 +84,8 @@ def test_c_header_macros():
     assert lines["FT_SLOT_CALLS_LO_ADDR(i)"].startswith(f"(0x{mm.addr('SLOT_CALLS[0]'):04X}u")
     assert lines["FT_FAULT_CAUSE_WATCHDOG"] == str(FaultCause.WATCHDOG.value)
     assert lines["FT_GMEM_BASE"] == f"0x{mm.addr('GMEM'):08X}u"
-    assert lines["FT_KERNEL_BASE(i)"] == f"(0x{mm.addr('KERNEL[0]'):08X}u + 0x400u * (i))"
+    slot_bytes = TileConfig().slot_depth * 16
+    assert lines["FT_KERNEL_BASE(i)"] == f"(0x{mm.addr('KERNEL[0]'):08X}u + {slot_bytes:#x}u * (i))"
     assert lines["FT_IRQ_ENABLE_RESET"] == "0x00000002u"
     assert lines["FT_MAGIC"] == f"0x{regmap.MAGIC:08X}u"
     assert lines["FT_TRACE_WORDS"] == str(regmap.TRACE_WORDS)
