@@ -40,7 +40,7 @@ sequence of CALLs. A program longer than a plan bank, or with more distinct kern
 than slots, is cut into *segments* run one after the other.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -139,7 +139,6 @@ class Program:
     partition: tuple           # (base, length) of partition 0, used by every kernel
     lanes: int
     calls: int = 0
-    notes: list = field(default_factory=list)
 
 
 # -- the convolution kernel -----------------------------------------------------------------

@@ -149,7 +149,7 @@ def test_verilator_matches_model(policy):
     require_simulator("verilator")
     graph = residual_net(4) if policy == "none" else conv_net(1)
     xs = _samples(graph, 8)
-    y_model, _ = _run("model", graph, xs, policy)
+    y_model, model_stats = _run("model", graph, xs, policy)
     y_rtl, stats = _run("verilator", graph, xs, policy)
     assert np.array_equal(y_rtl, y_model)
-    assert stats.macs == _run("model", graph, xs, policy)[1].macs
+    assert stats.macs == model_stats.macs
