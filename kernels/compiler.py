@@ -34,6 +34,15 @@ of a pooled row into the scratchpad, pools them there and stores only the pooled
 (bias, requantisation and a ReLU are part of every convolution kernel in both
 policies).
 
+**Tiling.** A convolution whose weights do not fit the scratchpad beside its input
+windows runs in *passes* over groups of R output channels (each pass its own kernel,
+storing its channels with a strided DMA); one whose weights do not fit even one group
+at a time *streams* them: per call one output pixel, the contraction cut into chunks,
+each group's weight chunks double-buffered so the DMA loads the next while the MAC
+array works on the current one, the partial sums kept in the accumulators. A max-pool
+takes as many output pixels of a row per call as fit. The choices are recorded in
+``Program.tilings``.
+
 Kernels address the scratchpad at fixed offsets and GMEM relative to the CALL's
 arguments, so one kernel body serves every chunk of an operator; the plan is the
 sequence of CALLs. A program longer than a plan bank, or with more distinct kernels
@@ -52,12 +61,13 @@ from .program import (acc_bias, call, dma_load, dma_store, done, matmul, requant
                       vcfg, vclamp, vpool, wait)
 
 
-__all__ = ["POLICIES", "Buffer", "Segment", "Program", "CompileError", "compile_graph"]
+__all__ = ["POLICIES", "Buffer", "Tiling", "Segment", "Program", "CompileError", "compile_graph"]
 
 
 POLICIES = ("none", "static")
 
 _MAX_COLS = 4095          # DMA rows / cols fields
+_MAX_K = 2**16 - 1        # MATMUL k field
 _MAX_WINDOW = 15          # VPOOL window field
 
 #: Before a DMA stores what compute instructions wrote: the compute unit runs beside
@@ -118,6 +128,15 @@ class Buffer:
 
 
 @dataclass
+class Tiling:
+    """How a convolution kernel (Conv, Dense, AvgPool) was cut to fit the tile."""
+    passes: int               # passes over groups of R output channels
+    pixels: int               # output pixels per call
+    streamed: bool = False    # weights streamed in chunks (they do not fit resident)
+    chunks: int = 1           # chunks of the contraction per group (streamed)
+
+
+@dataclass
 class Segment:
     """Kernels to load (slot -> micro-instructions) and a plan to run."""
     kernels: dict
@@ -139,6 +158,7 @@ class Program:
     partition: tuple           # (base, length) of partition 0, used by every kernel
     lanes: int
     calls: int = 0
+    tilings: dict = None      # convolution-kernel op name -> Tiling
 
 
 # -- the convolution kernel -----------------------------------------------------------------
@@ -194,6 +214,51 @@ def _fold(bias, weight, zx):
     return ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
 
 
+@dataclass
+class _ConvConsts:
+    """A convolution's constants in GMEM from word ``at``: per group of R output
+    channels a block of ``Kp`` weight words (word t = (kh, kw, ci), R channels in its
+    lanes; Kp = K rounded up to even, so every group's weights start on an even word),
+    the int32 biases and the requantisation table (together ``tables`` words)."""
+    Co: int
+    K: int
+    Kp: int
+    G: int
+    bias_words: int
+    table_words: int
+    block: int
+    at: int = None
+
+    @classmethod
+    def layout(cls, spec, R, word_bytes):
+        Co, Ci, KH, KW = spec.weight.shape
+        K = KH * KW * Ci
+        Kp = K + (K & 1)
+        bias_words, table_words = -(-4 * R // word_bytes), -(-8 * R // word_bytes)
+        block = Kp + bias_words + table_words
+        return cls(Co, K, Kp, -(-Co // R), bias_words, table_words, block + (block & 1))
+
+    @property
+    def tables(self):
+        return self.bias_words + self.table_words
+
+    def group(self, g):
+        """GMEM word address of group ``g``'s block."""
+        return self.at + g * self.block
+
+
+def _window_chunks(KH, row, limit):
+    """Cut a window of ``KH`` rows of ``row`` words into chunks of at most ``limit``
+    words: (first patch word, words, window row, first word in it, rows) -- whole rows
+    while a row fits, else pieces of one row."""
+    if row <= limit:
+        per = limit // row
+        return [(kh * row, min(per, KH - kh) * row, kh, 0, min(per, KH - kh))
+                for kh in range(0, KH, per)]
+    return [(kh * row + s, min(limit, row - s), kh, s, 1)
+            for kh in range(KH) for s in range(0, row, limit)]
+
+
 class _Compiler:
     def __init__(self, graph, config, policy, lanes):
         self.g, self.cfg, self.policy, self.lanes = graph, config, policy, lanes
@@ -203,6 +268,7 @@ class _Compiler:
         self.top = 0               # next free GMEM word
         self.buffers = {}
         self.calls = []            # (kernel body as a tuple, a, b)
+        self.tilings = {}
 
     def map_shape(self, name):
         """A tensor's shape as a feature map: vectors (K,) are (K, 1, 1)."""
@@ -234,11 +300,6 @@ class _Compiler:
             raise AssertionError("kernel longer than a slot")   # chunking guarantees it
         self.calls.append((tuple(body), a, b))
 
-    def spad_check(self, name, op, words):
-        if words > self.cfg.spad_words:
-            raise CompileError(name, op, f"needs {words} scratchpad words, the tile has "
-                               f"{self.cfg.spad_words}")
-
     def load_const(self, spad, at, words):
         """DMA loads of ``words`` constant words from GMEM ``at`` (absolute)."""
         body = []
@@ -248,63 +309,64 @@ class _Compiler:
         return body
 
     def conv_constants(self, spec):
-        """GMEM block per group of R output channels: weights (K words, even), bias,
-        requant table; returns (address, words per group, K)."""
+        """Place ``spec``'s constants in GMEM (see :class:`_ConvConsts`)."""
         R, wb = self.R, self.wb
-        Co, Ci, KH, KW = spec.weight.shape
-        K = KH * KW * Ci
-        Kp = K + (K & 1)
-        bias_words = -(-4 * R // wb)
-        table_words = -(-8 * R // wb)
-        block = Kp + bias_words + table_words
-        block += block & 1                      # even: weights of every group start even
-        G = -(-Co // R)
+        k = _ConvConsts.layout(spec, R, wb)
         data = bytearray()
-        for g in range(G):
-            lanes = np.zeros((Kp, R), dtype=np.int8)
-            co = np.arange(g * R, min(Co, (g + 1) * R))
+        for g in range(k.G):
+            lanes = np.zeros((k.Kp, R), dtype=np.int8)
+            co = np.arange(g * R, min(k.Co, (g + 1) * R))
             # word t = (kh, kw, ci): the patch order of the im2col below
-            lanes[:K, :len(co)] = spec.weight[co].transpose(2, 3, 1, 0).reshape(K, len(co))
+            lanes[:k.K, :len(co)] = spec.weight[co].transpose(2, 3, 1, 0).reshape(k.K, len(co))
             data += self.words(lanes)
-            bias = np.zeros(bias_words * wb, dtype=np.uint8)
+            bias = np.zeros(k.bias_words * wb, dtype=np.uint8)
             b = np.zeros(R, dtype="<i4")
             b[:len(co)] = spec.bias[co]
             bias[:4 * R] = np.frombuffer(b.tobytes(), dtype=np.uint8)
             data += bias.tobytes()
-            table = np.zeros((table_words * wb,), dtype=np.uint8)
+            table = np.zeros((k.table_words * wb,), dtype=np.uint8)
             for r, c in enumerate(co):
                 m, s = spec.requant.channel(c)
                 table[8 * r:8 * r + 4] = np.frombuffer(int(m).to_bytes(4, "little"), np.uint8)
                 table[8 * r + 4] = s
             data += table.tobytes()
-            pad_words = block - Kp - bias_words - table_words
-            data += bytes(pad_words * wb)
-        return self.constant(bytes(data)), block, K, Kp, G, bias_words
+            data += bytes((k.block - k.Kp - k.tables) * wb)
+        k.at = self.constant(bytes(data))
+        return k
 
-    def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts):
+    def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts, groups, pitch):
         """Micro-instructions computing ``rows`` output rows' chunk of ``P`` pixels each
         (rows r: input rows from GMEM relative to ARG0 + r * row step) into
-        ``row_buf`` (row r at row_buf + r * P * Co)."""
-        at, block, K, Kp, G, bias_words = consts
+        ``row_buf`` (row r at row_buf + r * P * pitch), for the channel ``groups`` whose
+        constants are loaded from word 0 on."""
+        k = consts
         Co, Ci, KH, KW = spec.weight.shape
         sh, sw = spec.stride
         body = []
         for r in range(rows):
             for kh in range(KH):
                 body.append(dma_load(
-                    gmem=(r * sh + kh) * xb.Wp * Ci, spad=patch + r * P * Kp + kh * KW * Ci,
-                    rows=P, cols=KW * Ci, gmem_stride=sw * Ci, spad_stride=Kp,
+                    gmem=(r * sh + kh) * xb.Wp * Ci, spad=patch + r * P * k.Kp + kh * KW * Ci,
+                    rows=P, cols=KW * Ci, gmem_stride=sw * Ci, spad_stride=k.Kp,
                     base=GmemBase.ARG0))
         body.append(wait())
         for r in range(rows):
             for p in range(P):
-                for g in range(G):
-                    w = g * block
-                    body += [acc_bias(w + Kp),
-                             matmul(a=w, b=patch + (r * P + p) * Kp, k=K, accumulate=True),
-                             requant(out=row_buf + (r * P + p) * Co + g * self.R,
-                                     per_channel=True, params=w + Kp + bias_words)]
+                for i, _ in enumerate(groups):
+                    w = i * k.block
+                    body += [acc_bias(w + k.Kp),
+                             matmul(a=w, b=patch + (r * P + p) * k.Kp, k=k.K, accumulate=True),
+                             requant(out=row_buf + (r * P + p) * pitch + i * self.R,
+                                     per_channel=True, params=w + k.Kp + k.bias_words)]
         return body
+
+    def store_pixels(self, spad, n, pitch, Co):
+        """Store ``n`` pixels of ``pitch`` channels (consecutive in the scratchpad) to
+        GMEM from ARG1 on, pixels ``Co`` words apart."""
+        if pitch == Co and n * Co <= _MAX_COLS:
+            return dma_store(gmem=0, spad=spad, cols=n * Co, base=GmemBase.ARG1)
+        return dma_store(gmem=0, spad=spad, rows=n, cols=pitch, gmem_stride=Co,
+                         spad_stride=pitch, base=GmemBase.ARG1)
 
     def vector_cfg(self, zp_out, lo, hi, **extra):
         body = [vcfg(VectorCfg.ZP_OUT, zp_out), vcfg(VectorCfg.LO, lo), vcfg(VectorCfg.HI, hi)]
@@ -312,83 +374,195 @@ class _Compiler:
             body.append(vcfg(VectorCfg[reg.upper()], value))
         return body
 
+    def conv_tiling(self, spec, consts, pool=None):
+        """How a convolution runs with its weights resident in the scratchpad: (groups of
+        R output channels per pass, output pixels per call), or None when not even one
+        group and one pixel fit (then the weights are streamed, :meth:`conv_streamed`).
+        Unfused, the choice moves the fewest words: every call reloads its pass's
+        weights, every pass re-gathers the input windows."""
+        cfg, k, R = self.cfg, consts, self.R
+        Co, Ci, KH, KW = spec.weight.shape
+        _, OH, OW = self.map_shape(spec.y)
+        if KW * Ci > _MAX_COLS or k.K > _MAX_K:
+            return None
+        best, best_cost = None, None
+        for Gp in range(k.G, 0, -1):
+            cw = Gp * k.block
+            pitch = min(Co, Gp * R)
+            fixed = -(-cw // _MAX_COLS) + 3 + 5      # constants, vcfg, wait, drain, store...
+            if pool is not None:
+                pkh, pkw = pool.kernel
+                if max(pkh, pkw) > _MAX_WINDOW:
+                    return None
+                _, _, PW = self.map_shape(pool.y)
+                insns = fixed + pkh * KH + 3 * OW * pkh * Gp + 1 + PW
+                words = cw + 1 + pkh * OW * (k.Kp + pitch) + R + (OW + PW) * pitch
+                if insns <= cfg.slot_depth and words <= cfg.spad_words:
+                    return Gp, OW
+                continue
+            for P in sorted((d for d in range(1, OW + 1) if OW % d == 0), reverse=True):
+                if (fixed + KH + 3 * P * Gp <= cfg.slot_depth
+                        and cw + 1 + P * (k.Kp + pitch) + R <= cfg.spad_words):
+                    cost = OH * OW // P * k.G * k.block + -(-k.G // Gp) * OH * OW * k.K
+                    if best_cost is None or cost < best_cost:
+                        best, best_cost = (Gp, P), cost
+                    break
+        return best
+
     def conv(self, spec, pool=None):
-        """A convolution (optionally fused with an unpadded max-pool ``pool``)."""
-        cfg = self.cfg
+        """A convolution (optionally fused with an unpadded max-pool ``pool``), in passes
+        over groups of output channels whose weights fit the scratchpad beside the
+        input windows; weights that do not fit even one group at a time are streamed."""
         xb = self.buffers[spec.x]
         Co, Ci, KH, KW = spec.weight.shape
         sh, sw = spec.stride
         pt, pl = spec.pads[0], spec.pads[1]
         OC, OH, OW = self.map_shape(spec.y)
         yb = self.buffers[pool.y if pool else spec.y]
-        if KW * Ci > _MAX_COLS:
-            raise CompileError(spec.name, spec.op, f"a window row of {KW * Ci} words is more "
-                               f"than a DMA moves ({_MAX_COLS})")
         consts = self.conv_constants(spec)
-        at, block, K, Kp, G, _ = consts
-        if K > 2**16 - 1:
-            raise CompileError(spec.name, spec.op, f"a window of {K} words is too long")
-        cwords = G * block
-        zp = self.T[spec.y].zero_point
-        prologue = self.load_const(0, at, cwords) + self.vector_cfg(zp, spec.lo, spec.hi)
-        fixed = len(prologue) + 5               # wait, drain, store, wait, ret
+        tiling = self.conv_tiling(spec, consts, pool)
+        if tiling is None:
+            if pool is not None:
+                raise AssertionError("fused only when it fits")   # see compile_graph
+            return self.conv_streamed(spec, consts)
+        Gp, P = tiling
+        k = consts
+        self.tilings[spec.name] = Tiling(-(-k.G // Gp), P)
+        for g0 in range(0, k.G, Gp):
+            groups = range(g0, min(k.G, g0 + Gp))
+            c0 = g0 * self.R
+            pitch = min(Co, groups.stop * self.R) - c0
+            cw = len(groups) * k.block
+            body = self.load_const(0, k.group(g0), cw)
+            body += self.vector_cfg(self.T[spec.y].zero_point, spec.lo, spec.hi)
+            patch = cw + 1                      # odd: never in a weight's bank
+            if pool is None:
+                row_buf = patch + P * k.Kp
+                body += self.conv_rows_body(spec, xb, P, 1, row_buf, patch=patch,
+                                            consts=k, groups=groups, pitch=pitch)
+                body += [_DRAIN, self.store_pixels(row_buf, P, pitch, Co), wait(), ret()]
+                for oh in range(OH):
+                    for ow0 in range(0, OW, P):
+                        self.emit(body, xb.word(oh * sh - pt, ow0 * sw - pl),
+                                  yb.word(oh, ow0) + c0)
+                continue
+            # Fused with the max-pool: per pooled row, the conv rows it needs, pooled in
+            # the scratchpad (the conv output map never reaches GMEM).
+            pkh, pkw = pool.kernel
+            psh, psw = pool.stride
+            _, PH, PW = self.map_shape(pool.y)
+            row_buf = patch + pkh * OW * k.Kp
+            tmp = row_buf + pkh * OW * pitch + self.R
+            out = tmp + OW * pitch
+            body += self.conv_rows_body(spec, xb, OW, pkh, row_buf, patch=patch, consts=k,
+                                        groups=groups, pitch=pitch)
+            body += self.pool_rows(row_buf, OW, pitch, pkh, pkw, psw, PW, tmp, out)
+            body += [_DRAIN, self.store_pixels(out, PW, pitch, Co), wait(), ret()]
+            for ph in range(PH):
+                self.emit(body, xb.word(ph * psh * sh - pt, -pl), yb.word(ph, 0) + c0)
 
-        if pool is None:
-            # Chunks of P pixels of one output row: the largest divisor of OW that fits.
-            for P in sorted((d for d in range(1, OW + 1) if OW % d == 0), reverse=True):
-                insns = fixed + KH + 3 * P * G
-                patch = cwords + 1                  # odd: never in a weight's bank
-                row_buf = patch + P * Kp
-                if insns <= cfg.slot_depth and row_buf + P * Co + self.R <= cfg.spad_words:
-                    break
-            else:
-                raise CompileError(spec.name, spec.op, "does not fit a kernel slot and the "
-                                   "scratchpad even one pixel per call")
-            body = prologue + self.conv_rows_body(spec, xb, P, 1, row_buf, patch=patch,
-                                                  consts=consts)
-            body += [_DRAIN, dma_store(gmem=0, spad=row_buf, cols=P * Co, base=GmemBase.ARG1), wait(),
-                     ret()]
+    def conv_streamed(self, spec, consts):
+        """A convolution whose weights do not fit the scratchpad even one group of R
+        output channels at a time: per call one output pixel and a pass of groups; the
+        contraction is cut into chunks (whole window rows, or pieces of one), each
+        group's weights stream through two buffers while the MAC array works on the
+        other, and the partial sums stay in the accumulators (ACC_BIAS, one MATMUL per
+        chunk, REQUANT). The window is gathered once per call when it fits beside the
+        buffers, else it streams with the weights."""
+        cfg, k, R = self.cfg, consts, self.R
+        xb, yb = self.buffers[spec.x], self.buffers[spec.y]
+        Co, Ci, KH, KW = spec.weight.shape
+        sh, sw = spec.stride
+        pt, pl = spec.pads[0], spec.pads[1]
+        _, OH, OW = self.map_shape(spec.y)
+        row = KW * Ci
+        x_row = xb.Wp * Ci
+        for Gp, resident in ((g, r) for g in range(k.G, 0, -1) for r in (True, False)):
+            out = Gp * k.tables                      # tables first, then the outputs
+            free = out + Gp * R + R
+            if resident:
+                patch = free | 1                      # odd, like every activation stream
+                free = patch + k.K
+            n_bufs = 2 if resident else 4
+            Kc = min((cfg.spad_words - free) // n_bufs - 2, _MAX_COLS - 1) & ~1
+            if Kc < 2:
+                continue
+            chunks = _window_chunks(KH, row, Kc)
+            gather = _window_chunks(KH, row, _MAX_COLS) if resident else []
+            insns = (Gp if k.block > 0xFFFF else 1) + 3 + len(gather) + 4 + \
+                Gp * (2 + len(chunks) * (3 if resident else 4))
+            if insns <= cfg.slot_depth:
+                break
+        else:
+            raise CompileError(spec.name, spec.op, f"a window of {k.K} words does not fit "
+                               f"a kernel slot even streamed in chunks")
+        self.tilings[spec.name] = Tiling(-(-k.G // Gp), 1, streamed=True, chunks=len(chunks))
+        wbuf = [free + (free & 1), free + (free & 1) + Kc + 2]        # even
+        xbuf = [wbuf[1] + Kc + 3, wbuf[1] + 2 * Kc + 5]               # odd
+
+        def x_load(chunk, spad):
+            t0, n, kh, s, rows = chunk
+            return dma_load(gmem=kh * x_row + s, spad=spad, rows=rows, cols=n // rows,
+                            gmem_stride=x_row, spad_stride=n // rows, base=GmemBase.ARG0)
+
+        for g0 in range(0, k.G, Gp):
+            groups = range(g0, min(k.G, g0 + Gp))
+            c0 = g0 * R
+            pitch = min(Co, groups.stop * R) - c0
+            if k.block <= 0xFFFF:
+                body = [dma_load(gmem=k.group(g0) + k.Kp, spad=0, rows=len(groups),
+                                 cols=k.tables, gmem_stride=k.block, spad_stride=k.tables)]
+            else:                                   # beyond the DMA's stride field
+                body = [dma_load(gmem=k.group(g) + k.Kp, spad=i * k.tables, cols=k.tables)
+                        for i, g in enumerate(groups)]
+            body += self.vector_cfg(self.T[spec.y].zero_point, spec.lo, spec.hi)
+            if resident:
+                body += [x_load(c, patch + c[0]) for c in gather]
+            steps = [(i, g, j) for i, g in enumerate(groups) for j in range(len(chunks))]
+            operands = []
+            for n_step, (i, g, j) in enumerate(steps):
+                t0, n = chunks[j][:2]
+                buf = n_step % 2
+                b = patch + t0 if resident else xbuf[buf]
+                a = wbuf[buf] + (1 - (b & 1))          # the other parity: another bank
+                loads = [dma_load(gmem=k.group(g) + t0, spad=a, cols=n)]
+                if not resident:
+                    loads.append(x_load(chunks[j], b))
+                operands.append((loads, a, b, n))
+            body += operands[0][0]
+            for n_step, (i, g, j) in enumerate(steps):
+                _, a, b, n = operands[n_step]
+                body.append(wait())
+                if j == 0:
+                    body.append(acc_bias(i * k.tables))
+                # Issued only when the compute unit is idle, so once this MATMUL is
+                # issued the previous one has finished reading the other buffers.
+                body.append(matmul(a=a, b=b, k=n, accumulate=True))
+                if j == len(chunks) - 1:
+                    body.append(requant(out=out + i * R, per_channel=True,
+                                        params=i * k.tables + k.bias_words))
+                if n_step + 1 < len(steps):
+                    body += operands[n_step + 1][0]
+            body += [_DRAIN, dma_store(gmem=0, spad=out, cols=pitch, base=GmemBase.ARG1),
+                     wait(), ret()]
             for oh in range(OH):
-                for ow0 in range(0, OW, P):
-                    a = xb.word(oh * sh - pt, ow0 * sw - pl)
-                    self.emit(body, a, yb.word(oh, ow0))
-            return
+                for ow in range(OW):
+                    self.emit(body, xb.word(oh * sh - pt, ow * sw - pl), yb.word(oh, ow) + c0)
 
-        # Fused with the max-pool: per pooled row, the conv rows it needs, pooled in
-        # the scratchpad (the conv output map never reaches GMEM).
-        pkh, pkw = pool.kernel
-        psh, psw = pool.stride
-        _, PH, PW = self.map_shape(pool.y)
-        patch = cwords + 1
-        row_buf = patch + pkh * OW * Kp
-        tmp = row_buf + pkh * OW * Co + self.R
-        out = tmp + OW * Co
-        self.spad_check(spec.name, spec.op, out + PW * Co)
-        body = prologue + self.conv_rows_body(spec, xb, OW, pkh, row_buf, patch=patch,
-                                              consts=consts)
-        body += self.pool_rows(row_buf, OW, Co, pkh, pkw, psw, PW, tmp, out)
-        body += [_DRAIN, dma_store(gmem=0, spad=out, cols=PW * Co, base=GmemBase.ARG1), wait(),
-                 ret()]
-        if len(body) > cfg.slot_depth:
-            raise CompileError(spec.name, spec.op, f"fused with {pool.name} needs "
-                               f"{len(body)} micro-instructions, a slot holds "
-                               f"{cfg.slot_depth}")
-        for ph in range(PH):
-            a = xb.word(ph * psh * sh - pt, -pl)
-            self.emit(body, a, yb.word(ph, 0))
-
-    def pool_rows(self, src, src_w, C, kh, kw, sw, ow, tmp, out, start=0):
+    def pool_rows(self, src, src_w, C, kh, kw, sw, ow, tmp, out):
         """Max-pool ``kh`` rows of ``src_w`` pixels x C channels at ``src`` (row i at
-        src + i * src_w * C; windows from column ``start``) into one row of ``ow`` pixels at
+        src + i * src_w * C) into one row of ``ow`` pixels at
         ``out``: a vertical pass over whole rows into ``tmp`` (one VPOOL), then a
         horizontal one per output pixel (VPOOL writes consecutive words, so it is the
         pixel's C channels that it writes at once)."""
         body = [vpool(src=src, out=tmp, n=src_w * C, window=kh, stride=src_w * C, step=1)]
-        body += [vpool(src=tmp + (start + o * sw) * C, out=out + o * C, n=C, window=kw, stride=C,
+        body += [vpool(src=tmp + o * sw * C, out=out + o * C, n=C, window=kw, stride=C,
                        step=1) for o in range(ow)]
         return body
 
     def maxpool(self, op):
+        """Per call a chunk of output pixels of one row (the most that fit a DMA, a slot
+        and the scratchpad): the window rows under them, pooled as in :meth:`pool_rows`."""
         cfg = self.cfg
         xb, yb = self.buffers[op.x], self.buffers[op.y]
         C, OH, OW = self.map_shape(op.y)
@@ -397,23 +571,24 @@ class _Compiler:
         pt, pl = op.pads[0], op.pads[1]
         if max(kh, kw) > _MAX_WINDOW:
             raise CompileError(op.name, "MaxPool", f"windows larger than {_MAX_WINDOW}")
-        if xb.Wp * C > _MAX_COLS:
-            raise CompileError(op.name, "MaxPool", "input rows longer than a DMA moves")
-        rows = 0
-        tmp = rows + kh * xb.Wp * C
-        out = tmp + xb.Wp * C
-        self.spad_check(op.name, "MaxPool", out + OW * C)
-        body = [dma_load(gmem=0, spad=rows, rows=kh, cols=xb.Wp * C, base=GmemBase.ARG0),
-                wait()]
-        # Window columns start at padded column ow * sw + (ring - pad).
-        start = xb.ring[1] - pl
-        body += self.pool_rows(rows, xb.Wp, C, kh, kw, sw, OW, tmp, out, start)
-        body += [_DRAIN, dma_store(gmem=0, spad=out, cols=OW * C, base=GmemBase.ARG1), wait(),
+        for P in sorted((d for d in range(1, OW + 1) if OW % d == 0), reverse=True):
+            n = ((P - 1) * sw + kw) * C             # words of one input row under P pixels
+            tmp = kh * n
+            out = tmp + n
+            if max(n, P * C) <= _MAX_COLS and out + P * C <= cfg.spad_words and \
+                    7 + P <= cfg.slot_depth:
+                break
+        else:
+            raise CompileError(op.name, "MaxPool", f"one output pixel needs {out + C} "
+                               f"scratchpad words, the tile has {cfg.spad_words}")
+        body = [dma_load(gmem=0, spad=0, rows=kh, cols=n, gmem_stride=xb.Wp * C,
+                         spad_stride=n, base=GmemBase.ARG0), wait()]
+        body += self.pool_rows(0, n // C, C, kh, kw, sw, P, tmp, out)
+        body += [_DRAIN, dma_store(gmem=0, spad=out, cols=P * C, base=GmemBase.ARG1), wait(),
                  ret()]
-        if len(body) > cfg.slot_depth:
-            raise CompileError(op.name, "MaxPool", f"needs {len(body)} micro-instructions")
         for oh in range(OH):
-            self.emit(body, xb.word(oh * sh - pt, -xb.ring[1]), yb.word(oh, 0))
+            for ow0 in range(0, OW, P):
+                self.emit(body, xb.word(oh * sh - pt, ow0 * sw - pl), yb.word(oh, ow0))
 
     def add(self, op):
         T = self.T
@@ -488,14 +663,25 @@ def compile_graph(graph, config, *, policy="none", lanes=None):
         for name in _inputs(op):
             consumers.setdefault(alias.get(name, name), []).append(op)
 
-    # Fusion decisions (static policy): conv -> its only consumer, an unpadded max-pool.
+    specs = {}
+    for op in graph.ops:
+        if isinstance(op, (Dense, Conv, AvgPool)):
+            x = alias.get(op.x, op.x)
+            specs[op.name] = _conv_spec(op, T, x, map_shape(x))
+        elif not isinstance(op, (MaxPool, Add, Clamp, Flatten)):
+            raise CompileError(getattr(op, "name", "?"), type(op).__name__, "not supported")
+
+    # Fusion decisions (static policy): conv -> its only consumer, an unpadded max-pool,
+    # when the two fit one kernel with the conv's weights resident.
     fused = {}
     if policy == "static":
         for op in graph.ops:
             if isinstance(op, Conv) and len(consumers.get(op.y, [])) == 1:
                 (nxt,) = consumers[op.y]
                 if isinstance(nxt, MaxPool) and not any(nxt.pads) and op.y not in (
-                        graph.output,):
+                        graph.output,) and c.conv_tiling(
+                        specs[op.name], _ConvConsts.layout(specs[op.name], c.R, c.wb),
+                        nxt) is not None:
                     fused[op.name] = nxt
 
     # Buffers with rings for their consumers' padding.
@@ -523,26 +709,15 @@ def compile_graph(graph, config, *, policy="none", lanes=None):
     for name in alias:
         c.buffers[name] = c.buffers[alias[name]]
 
-    # Constants first (their addresses are fixed by the kernels), then the buffers.
-    specs = []
-    for op in graph.ops:
-        if isinstance(op, (Dense, Conv, AvgPool)):
-            x = alias.get(op.x, op.x)
-            specs.append((op, _conv_spec(op, T, x, map_shape(x))))
-        elif isinstance(op, (MaxPool, Add, Clamp, Flatten)):
-            specs.append((op, None))
-        else:
-            raise CompileError(getattr(op, "name", "?"), type(op).__name__, "not supported")
-
     for name, buf in c.buffers.items():
         if name not in alias:
             buf.at = c.alloc(buf.words)
 
-    for op, spec in specs:
+    for op in graph.ops:
         if isinstance(op, Flatten) or any(op is p for p in fused.values()):
             continue
-        if spec is not None:
-            c.conv(spec, fused.get(op.name))
+        if op.name in specs:
+            c.conv(specs[op.name], fused.get(op.name))
         elif isinstance(op, MaxPool):
             c.maxpool(op)
         elif isinstance(op, Add):
@@ -566,7 +741,7 @@ def compile_graph(graph, config, *, policy="none", lanes=None):
     segments = _segments(c.calls, config)
     return Program(config, graph, policy, segments, bytes(gmem), c.buffers[graph.input],
                    c.buffers[alias.get(graph.output, graph.output)], (0, config.spad_words),
-                   lanes, calls=len(c.calls))
+                   lanes, calls=len(c.calls), tilings=c.tilings)
 
 
 def _inputs(op):
