@@ -138,9 +138,12 @@ class Tiling:
 
 @dataclass
 class Segment:
-    """Kernels to load (slot -> micro-instructions) and a plan to run."""
+    """Kernels to load (slot -> micro-instructions) and a plan to run; ``units[pc]``
+    names the unit (an op, or ops fused into one kernel, joined by ``+``) that the
+    CALL at plan pc ``pc`` runs part of."""
     kernels: dict
     plan: list
+    units: list
 
 
 @dataclass
@@ -159,6 +162,7 @@ class Program:
     lanes: int
     calls: int = 0
     tilings: dict = None      # convolution-kernel op name -> Tiling
+    groups: list = None       # the units, each a tuple of op names
 
 
 # -- the convolution kernel -----------------------------------------------------------------
@@ -267,7 +271,8 @@ class _Compiler:
         self.const = []            # (word address, bytes) of constants
         self.top = 0               # next free GMEM word
         self.buffers = {}
-        self.calls = []            # (kernel body as a tuple, a, b)
+        self.calls = []            # (kernel body as a tuple, a, b, unit name)
+        self.unit = None           # the unit being compiled
         self.tilings = {}
 
     def map_shape(self, name):
@@ -298,7 +303,7 @@ class _Compiler:
     def emit(self, body, a=0, b=0):
         if len(body) > self.cfg.slot_depth:
             raise AssertionError("kernel longer than a slot")   # chunking guarantees it
-        self.calls.append((tuple(body), a, b))
+        self.calls.append((tuple(body), a, b, self.unit))
 
     def load_const(self, spad, at, words):
         """DMA loads of ``words`` constant words from GMEM ``at`` (absolute)."""
@@ -334,11 +339,12 @@ class _Compiler:
         k.at = self.constant(bytes(data))
         return k
 
-    def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts, groups, pitch):
+    def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts, groups, pitch,
+                       w0=0):
         """Micro-instructions computing ``rows`` output rows' chunk of ``P`` pixels each
         (rows r: input rows from GMEM relative to ARG0 + r * row step) into
         ``row_buf`` (row r at row_buf + r * P * pitch), for the channel ``groups`` whose
-        constants are loaded from word 0 on."""
+        constants are loaded from word ``w0`` on."""
         k = consts
         Co, Ci, KH, KW = spec.weight.shape
         sh, sw = spec.stride
@@ -353,7 +359,7 @@ class _Compiler:
         for r in range(rows):
             for p in range(P):
                 for i, _ in enumerate(groups):
-                    w = i * k.block
+                    w = w0 + i * k.block
                     body += [acc_bias(w + k.Kp),
                              matmul(a=w, b=patch + (r * P + p) * k.Kp, k=k.K, accumulate=True),
                              requant(out=row_buf + (r * P + p) * pitch + i * self.R,
@@ -549,6 +555,70 @@ class _Compiler:
                 for ow in range(OW):
                     self.emit(body, xb.word(oh * sh - pt, ow * sw - pl), yb.word(oh, ow) + c0)
 
+    def dense_chain_layout(self, specs):
+        """Scratchpad layout of a fused chain of Dense layers: every layer's constants
+        (even words), the input window, each hidden vector (odd, so that it is the next
+        layer's activation stream) and the output; or the reason it does not fit."""
+        k = [_ConvConsts.layout(s, self.R, self.wb) for s in specs]
+        Co, Ci, KH, KW = specs[0].weight.shape
+        if KW * Ci > _MAX_COLS:
+            return None, "a window row longer than a DMA moves"
+        if any(x.K > _MAX_K for x in k):
+            return None, "a contraction longer than a MATMUL"
+        consts = []
+        top = 0
+        for x in k:
+            consts.append(top)
+            top += x.G * x.block
+        patch = top | 1
+        top = patch + k[0].Kp
+        vectors = []
+        for x in k:
+            at = top | 1
+            vectors.append(at)
+            top = at + x.G * self.R
+        loads = sum(-(-x.G * x.block // _MAX_COLS) for x in k)
+        insns = loads + KH + 1 + sum(3 + 3 * x.G for x in k) + 4
+        if top > self.cfg.spad_words:
+            return None, f"needs {top} scratchpad words, the tile has {self.cfg.spad_words}"
+        if insns > self.cfg.slot_depth:
+            return None, f"needs {insns} micro-instructions, a slot holds {self.cfg.slot_depth}"
+        return (k, consts, patch, vectors), None
+
+    def dense_chain_fit(self, specs):
+        """None if the chain fits one kernel with every weight resident, else why not."""
+        return self.dense_chain_layout(specs)[1]
+
+    def dense_chain(self, specs):
+        """Dense layers one after the other in one call: every layer's weights resident,
+        each hidden vector written by REQUANT where the next layer's MATMUL reads it (it
+        never leaves the scratchpad)."""
+        (_, consts_at, patch, vectors), _ = self.dense_chain_layout(specs)
+        xb = self.buffers[specs[0].x]
+        yb = self.buffers[specs[-1].y]
+        placed = [self.conv_constants(s) for s in specs]
+        body = []
+        for k, at in zip(placed, consts_at):
+            body += self.load_const(at, k.at, k.G * k.block)
+        first = specs[0]
+        for i, (spec, k, w0) in enumerate(zip(specs, placed, consts_at)):
+            body += self.vector_cfg(self.T[spec.y].zero_point, spec.lo, spec.hi)
+            if i == 0:
+                body += self.conv_rows_body(first, xb, 1, 1, vectors[0], patch=patch, consts=k,
+                                            groups=range(k.G), pitch=k.Co, w0=w0)
+                continue
+            for g in range(k.G):
+                w = w0 + g * k.block
+                body += [acc_bias(w + k.Kp),
+                         matmul(a=w, b=vectors[i - 1], k=k.K, accumulate=True),
+                         requant(out=vectors[i] + g * self.R, per_channel=True,
+                                 params=w + k.Kp + k.bias_words)]
+        body += [_DRAIN, dma_store(gmem=0, spad=vectors[-1], cols=placed[-1].Co,
+                                   base=GmemBase.ARG1), wait(), ret()]
+        for spec, k in zip(specs, placed):
+            self.tilings[spec.name] = Tiling(1, 1)
+        self.emit(body, xb.word(0, 0), yb.word(0, 0))
+
     def pool_rows(self, src, src_w, C, kh, kw, sw, ow, tmp, out):
         """Max-pool ``kh`` rows of ``src_w`` pixels x C channels at ``src`` (row i at
         src + i * src_w * C) into one row of ``ow`` pixels at
@@ -633,13 +703,16 @@ class _Compiler:
             self.emit(body, a, b)
 
 
-def compile_graph(graph, config, *, policy="none", lanes=None):
-    """Compile ``graph`` for a tile with ``config`` under ``policy``.
+def compile_graph(graph, config, *, policy="none", groups=None, lanes=None):
+    """Compile ``graph`` for a tile with ``config`` under ``policy``, or with the ops
+    grouped into fused units as ``groups`` says (tuples of op names; every op not named
+    is a unit of its own; see :func:`fusion_kind` for the groups the compiler fuses).
 
     Raises
     ------
     CompileError
-        Naming the node and op that cannot be fitted on this configuration.
+        Naming the node and op that cannot be fitted on this configuration, or the
+        group that cannot be fused.
     ValueError
         For an unknown policy.
     """
@@ -650,51 +723,24 @@ def compile_graph(graph, config, *, policy="none", lanes=None):
     lanes = lanes or min(config.rows, config.cols, config.word_bytes)
     c = _Compiler(graph, config, policy, lanes)
     T = graph.tensors
+    view = _GraphView(graph, c)
+    alias, specs = view.alias, view.specs
 
-    # Shapes as maps; Flatten is an alias of its input's map.
-    alias = {}
-    for op in graph.ops:
-        if isinstance(op, Flatten):
-            alias[op.y] = alias.get(op.x, op.x)
-
-    map_shape = c.map_shape
-    consumers = {}
-    for op in graph.ops:
-        for name in _inputs(op):
-            consumers.setdefault(alias.get(name, name), []).append(op)
-
-    specs = {}
-    for op in graph.ops:
-        if isinstance(op, (Dense, Conv, AvgPool)):
-            x = alias.get(op.x, op.x)
-            specs[op.name] = _conv_spec(op, T, x, map_shape(x))
-        elif not isinstance(op, (MaxPool, Add, Clamp, Flatten)):
-            raise CompileError(getattr(op, "name", "?"), type(op).__name__, "not supported")
-
-    # Fusion decisions (static policy): conv -> its only consumer, an unpadded max-pool,
-    # when the two fit one kernel with the conv's weights resident.
-    fused = {}
-    if policy == "static":
-        for op in graph.ops:
-            if isinstance(op, Conv) and len(consumers.get(op.y, [])) == 1:
-                (nxt,) = consumers[op.y]
-                if isinstance(nxt, MaxPool) and not any(nxt.pads) and op.y not in (
-                        graph.output,) and c.conv_tiling(
-                        specs[op.name], _ConvConsts.layout(specs[op.name], c.R, c.wb),
-                        nxt) is not None:
-                    fused[op.name] = nxt
+    units = view.units(static_groups(graph, config) if groups is None and policy == "static"
+                       else groups or [])
+    fused = {u.ops[0].name: u.ops[1] for u in units if u.kind == "conv+pool"}
+    skipped = {op.y for u in units for op in u.ops[:-1]}   # maps kept on-tile
 
     # Buffers with rings for their consumers' padding.
-    skipped = {op.y for op in graph.ops if op.name in fused}   # conv maps kept on-tile
     names = [graph.input] + [op.y for op in graph.ops if not isinstance(op, Flatten)]
     for name in names:
         if name in skipped:
             continue
-        c.buffers[name] = Buffer(name, map_shape(name))
+        c.buffers[name] = Buffer(name, c.map_shape(name))
     for name, buf in c.buffers.items():
         ring = [0, 0, 0, 0]
         pad_value = None
-        for op in consumers.get(name, []):
+        for op in view.consumers.get(name, []):
             pads = getattr(op, "pads", None)
             if not pads or not any(pads):
                 continue
@@ -707,16 +753,19 @@ def compile_graph(graph, config, *, policy="none", lanes=None):
         buf.ring = tuple(ring)
         buf.pad_value = pad_value
     for name in alias:
-        c.buffers[name] = c.buffers[alias[name]]
+        if alias[name] in c.buffers:
+            c.buffers[name] = c.buffers[alias[name]]
 
     for name, buf in c.buffers.items():
         if name not in alias:
             buf.at = c.alloc(buf.words)
 
-    for op in graph.ops:
-        if isinstance(op, Flatten) or any(op is p for p in fused.values()):
-            continue
-        if op.name in specs:
+    for unit in units:
+        c.unit = unit.name
+        op = unit.ops[0]
+        if unit.kind == "dense chain":
+            c.dense_chain([specs[o.name] for o in unit.ops])
+        elif op.name in specs:
             c.conv(specs[op.name], fused.get(op.name))
         elif isinstance(op, MaxPool):
             c.maxpool(op)
@@ -741,7 +790,115 @@ def compile_graph(graph, config, *, policy="none", lanes=None):
     segments = _segments(c.calls, config)
     return Program(config, graph, policy, segments, bytes(gmem), c.buffers[graph.input],
                    c.buffers[alias.get(graph.output, graph.output)], (0, config.spad_words),
-                   lanes, calls=len(c.calls), tilings=c.tilings)
+                   lanes, calls=len(c.calls), tilings=c.tilings,
+                   groups=[tuple(o.name for o in u.ops) for u in units])
+
+
+@dataclass
+class Unit:
+    """Ops compiled into one kernel (one op, or a fused group)."""
+    kind: str                 # "op", "conv+pool" or "dense chain"
+    ops: list
+
+    @property
+    def name(self):
+        return "+".join(op.name for op in self.ops)
+
+
+class _GraphView:
+    """What the compiler needs to know of a graph before it compiles it: Flatten
+    aliases, consumers, convolution specs; and which groups of ops fuse."""
+
+    def __init__(self, graph, compiler):
+        self.g, self.c = graph, compiler
+        self.alias = {}
+        for op in graph.ops:
+            if isinstance(op, Flatten):
+                self.alias[op.y] = self.alias.get(op.x, op.x)
+        self.consumers = {}
+        for op in graph.ops:
+            for name in _inputs(op):
+                self.consumers.setdefault(self.alias.get(name, name), []).append(op)
+        self.specs = {}
+        for op in graph.ops:
+            if isinstance(op, (Dense, Conv, AvgPool)):
+                x = self.alias.get(op.x, op.x)
+                self.specs[op.name] = _conv_spec(op, graph.tensors, x, compiler.map_shape(x))
+            elif not isinstance(op, (MaxPool, Add, Clamp, Flatten)):
+                raise CompileError(getattr(op, "name", "?"), type(op).__name__,
+                                   "not supported")
+
+    def kind(self, ops):
+        """The fusion kind of ``ops`` (in graph order), or the reason it does not fuse."""
+        if len(ops) == 1:
+            return "op", None
+        for prev, nxt in zip(ops, ops[1:]):
+            y = self.alias.get(prev.y, prev.y)
+            cons = self.consumers.get(y, [])
+            if len(cons) != 1 or cons[0] is not nxt or y == self.alias.get(
+                    self.g.output, self.g.output):
+                return None, f"{nxt.name} is not the only consumer of {prev.name}"
+        c = self.c
+        if len(ops) == 2 and isinstance(ops[0], Conv) and isinstance(ops[1], MaxPool):
+            if any(ops[1].pads):
+                return None, "a padded max-pool does not fuse"
+            spec = self.specs[ops[0].name]
+            if c.conv_tiling(spec, _ConvConsts.layout(spec, c.R, c.wb), ops[1]) is None:
+                return None, "conv and pool do not fit one kernel"
+            return "conv+pool", None
+        if all(isinstance(op, Dense) for op in ops):
+            reason = c.dense_chain_fit([self.specs[op.name] for op in ops])
+            return ("dense chain", None) if reason is None else (None, reason)
+        return None, "the compiler fuses a conv with a max-pool, or a chain of Dense layers"
+
+    def units(self, groups):
+        """Every op (but Flatten) in a unit, in graph order; ``groups`` fused."""
+        order = {op.name: i for i, op in enumerate(self.g.ops)}
+        of = {}
+        for group in groups:
+            names = sorted(group, key=lambda n: order.get(n, -1))
+            for n in names:
+                if n not in order:
+                    raise CompileError("+".join(group), "Fusion", f"no op {n!r}")
+                if n in of:
+                    raise CompileError("+".join(group), "Fusion", f"{n} is in two groups")
+            ops = [self.g.ops[order[n]] for n in names if not isinstance(
+                self.g.ops[order[n]], Flatten)]
+            kind, reason = self.kind(ops)
+            if kind is None:
+                raise CompileError("+".join(names), "Fusion", reason)
+            unit = Unit(kind, ops)
+            for n in names:
+                of[n] = unit
+        units = []
+        for op in self.g.ops:
+            if isinstance(op, Flatten):
+                continue
+            unit = of.get(op.name) or Unit("op", [op])
+            if not units or units[-1] is not unit:
+                units.append(unit)
+        return units
+
+
+def fusion_kind(graph, config, group):
+    """How the compiler would fuse ``group`` (op names): ``"op"``, ``"conv+pool"``,
+    ``"dense chain"``; or raise :class:`CompileError` saying why it cannot."""
+    view = _GraphView(graph, _Compiler(graph, config, "none", 1))
+    return view.units([tuple(group)])[0].kind if len(group) else "op"
+
+
+def static_groups(graph, config):
+    """The ``static`` policy's fixed rule set (like TVM's FuseOps): a convolution whose
+    only consumer is an unpadded max-pool is fused with it, when they fit one kernel.
+    (Bias, requantisation and a ReLU are part of every convolution kernel.)"""
+    view = _GraphView(graph, _Compiler(graph, config, "static", 1))
+    groups = []
+    for op in graph.ops:
+        if isinstance(op, Conv):
+            nxt = view.consumers.get(view.alias.get(op.y, op.y), [])
+            if len(nxt) == 1 and view.kind([op, nxt[0]])[0] == "conv+pool":
+                groups.append((op.name, nxt[0].name))
+    return groups
 
 
 def _inputs(op):
@@ -753,17 +910,23 @@ def _inputs(op):
 def _segments(calls, config):
     """Cut the CALL sequence into segments that fit the slots and a plan bank."""
     segments = []
-    kernels, plan = {}, []
-    for body, a, b in calls:
+    kernels, plan, units = {}, [], []
+
+    def close():
+        segments.append(Segment({s: list(k) for k, s in kernels.items()}, plan + [done()],
+                                units))
+
+    for body, a, b, unit in calls:
         slot = kernels.get(body)
         if slot is None and len(kernels) == config.kernel_slots or \
                 len(plan) + 2 > config.plan_depth:
-            segments.append(Segment({s: list(k) for k, s in kernels.items()}, plan + [done()]))
-            kernels, plan = {}, []
+            close()
+            kernels, plan, units = {}, [], []
             slot = None
         if slot is None:
             slot = kernels[body] = len(kernels)
         plan.append(call(slot, a=a, b=b))
+        units.append(unit)
     if plan:
-        segments.append(Segment({s: list(k) for k, s in kernels.items()}, plan + [done()]))
+        close()
     return segments
