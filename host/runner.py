@@ -60,11 +60,12 @@ def _load_segment(dev, segment):
     dev.load_plan(segment.plan)
 
 
-def infer(dev, program, x, *, progress=None, timeout_cycles=50_000_000):
+def infer(dev, program, x, *, progress=None, profiler=None, timeout_cycles=50_000_000):
     """Run ``x`` (int8, ``(N, *input shape)``) through ``program``, ``program.lanes``
     samples per plan run. Returns ``(y int8 (N, *output shape), RunStats)``.
 
-    ``progress(done, total)`` is called after each group of samples.
+    ``progress(done, total)`` is called after each group of samples; a
+    :class:`~fusetile.host.profiler.Profiler` collects the trace of every run.
     """
     cfg = dev.config
     wb = cfg.word_bytes
@@ -76,6 +77,8 @@ def infer(dev, program, x, *, progress=None, timeout_cycles=50_000_000):
     if x.shape[1:] != tuple(in_shape):
         raise ValueError(f"samples must have shape {tuple(in_shape)}, not {x.shape[1:]}")
     ys = []
+    if profiler is not None:
+        profiler.reset(dev)
     dev.clear_counters()
     runs = 0
     for start in range(0, n, program.lanes):
@@ -87,6 +90,8 @@ def infer(dev, program, x, *, progress=None, timeout_cycles=50_000_000):
             dev.start()
             dev.wait_done(timeout_cycles=timeout_cycles)
             runs += 1
+            if profiler is not None:
+                profiler.collect(dev, segment, len(group))
         raw = dev.read_window("GMEM", program.output.at * wb, program.output.words * wb)
         ys.append(program.output.samples(raw, len(group), wb).reshape((len(group),) +
                                                                       tuple(out_shape)))

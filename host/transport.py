@@ -105,6 +105,9 @@ class Transport:
     ----------
     memory_map : MemoryMap or None
     addr_width : int
+    words_read, words_written : int
+        Bus words moved through the public API so far (the host's cost of a task, e.g.
+        the profiler's register reads per inference).
     """
 
     def __init__(self, *, addr_width=ADDR_WIDTH, memory_map=None):
@@ -112,6 +115,7 @@ class Transport:
         self.addr_width = addr_width
         self.memory_map = memory_map
         self.closed = False
+        self.words_read = self.words_written = 0
 
     # -- checks -----------------------------------------------------------------
     def _check_addr(self, addr, count=1):
@@ -148,6 +152,7 @@ class Transport:
         """Read the 32-bit word at byte address ``addr``."""
         self._check_addr(addr)
         self._check_open()
+        self.words_read += 1
         return self._read32(addr)
 
     def write32(self, addr, value):
@@ -155,6 +160,7 @@ class Transport:
         self._check_addr(addr)
         self._check_value(value)
         self._check_open()
+        self.words_written += 1
         self._write32(addr, value)
 
     def read_burst(self, addr, count, *, increment=True):
@@ -165,6 +171,7 @@ class Transport:
         self._check_open()
         if count == 0:
             return []
+        self.words_read += count
         return list(self._read_burst(addr, count, increment))
 
     def write_burst(self, addr, values, *, increment=True):
@@ -175,6 +182,7 @@ class Transport:
         self._check_addr(addr, len(values) if increment else 1)
         self._check_open()
         if values:
+            self.words_written += len(values)
             self._write_burst(addr, values, increment)
 
     def wait_cycles(self, n):

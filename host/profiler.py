@@ -1,0 +1,120 @@
+"""The profiler: execution profiles of the units of a compiled program, from the
+tile's trace FIFO.
+
+The tile pushes one trace record per kernel call (slot, plan PC, cycles, busy cycles of
+the DMA engine, the MAC array and the vector unit, bytes in and out; see
+``kernels/isa.py: TraceRecord``). After each plan run the profiler drains the FIFO in one
+burst, names the unit each record belongs to (``Segment.units[pc]``) and keeps the runs
+in a rolling window. From the window it builds, per unit, an :class:`UnitProfile`
+(cycles, unit busy, bytes per inference; compute- or memory-bound) and the order in
+which units ran (which units follow which, for the fusion engine).
+
+Its own cost is measured, not estimated: the bus words it reads
+(``Transport.words_read`` around each drain).
+"""
+
+from collections import Counter, deque
+from dataclasses import dataclass, fields
+
+
+__all__ = ["UnitProfile", "Profiler"]
+
+
+_SUMMED = ("calls", "cycles", "dma_busy", "mac_busy", "vec_busy", "bytes_in", "bytes_out")
+
+
+@dataclass
+class UnitProfile:
+    """A unit's totals over the profiler's window (``samples`` inferences)."""
+    unit: str
+    samples: int = 0
+    calls: int = 0
+    cycles: int = 0
+    dma_busy: int = 0
+    mac_busy: int = 0
+    vec_busy: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+    @property
+    def bound(self):
+        """``"memory"`` when the DMA engine was busy longer than the compute units,
+        else ``"compute"``."""
+        return "memory" if self.dma_busy > max(self.mac_busy, self.vec_busy) else "compute"
+
+    def per_inference(self):
+        n = max(self.samples, 1)
+        out = {f.name: getattr(self, f.name) / n for f in fields(self)
+               if f.name in _SUMMED}
+        out["bound"] = self.bound
+        return out
+
+
+class Profiler:
+    """Collects the trace of every plan run (:func:`fusetile.host.runner.infer` calls
+    :meth:`collect`); keeps the last ``window`` runs.
+
+    Attributes
+    ----------
+    register_reads : int
+        Bus words the profiler has read (all runs, not only the window).
+    dropped : int
+        Trace records the tile dropped because the FIFO was full (a run with more calls
+        than the FIFO holds); the profile then covers the calls that were kept.
+    """
+
+    def __init__(self, window=64):
+        self.runs = deque(maxlen=window)
+        self.register_reads = 0
+        self.dropped = self._dropped_seen = 0
+        self.samples = 0
+
+    def reset(self, dev):
+        """Forget every run and drain records left from before."""
+        self.runs.clear()
+        dev.read_trace()
+        self._dropped_seen = dev.trace_dropped()     # the tile's count never clears
+
+    def collect(self, dev, segment, samples):
+        """Drain the trace after a run of ``segment`` that inferred ``samples``."""
+        before = dev.transport.words_read
+        records = dev.read_trace()
+        dropped = dev.trace_dropped()
+        self.register_reads += dev.transport.words_read - before
+        self.dropped += dropped - self._dropped_seen
+        self._dropped_seen = dropped
+        self.samples += samples
+        calls = []
+        for r in records:
+            pc = int(r.pc)
+            unit = segment.units[pc] if pc < len(segment.units) else None
+            calls.append((unit, {name: int(getattr(r, name)) for name in _SUMMED
+                                 if name != "calls"}))
+        self.runs.append((samples, calls))
+
+    def profiles(self):
+        """{unit: :class:`UnitProfile`} over the window, in the order units ran."""
+        out = {}
+        for samples, calls in self.runs:
+            seen = set()
+            for unit, values in calls:
+                p = out.setdefault(unit, UnitProfile(unit))
+                if unit not in seen:
+                    p.samples += samples
+                    seen.add(unit)
+                p.calls += 1
+                for name, value in values.items():
+                    setattr(p, name, getattr(p, name) + value)
+        return out
+
+    def successions(self):
+        """Counter of (unit, the unit that ran next) over the window's runs: how often
+        each pair ran back to back."""
+        pairs = Counter()
+        for _, calls in self.runs:
+            units = [u for u, _ in calls]
+            pairs.update((a, b) for a, b in zip(units, units[1:]) if a != b)
+        return pairs
+
+    def reads_per_inference(self):
+        return self.register_reads / max(self.samples, 1)
