@@ -340,9 +340,9 @@ class _Compiler:
         return k
 
     def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts, groups, pitch,
-                       w0=0):
+                       w0=0, row0=0):
         """Micro-instructions computing ``rows`` output rows' chunk of ``P`` pixels each
-        (rows r: input rows from GMEM relative to ARG0 + r * row step) into
+        (row r: input rows from GMEM relative to ARG0 + (row0 + r) * row step) into
         ``row_buf`` (row r at row_buf + r * P * pitch), for the channel ``groups`` whose
         constants are loaded from word ``w0`` on."""
         k = consts
@@ -352,7 +352,8 @@ class _Compiler:
         for r in range(rows):
             for kh in range(KH):
                 body.append(dma_load(
-                    gmem=(r * sh + kh) * xb.Wp * Ci, spad=patch + r * P * k.Kp + kh * KW * Ci,
+                    gmem=((row0 + r) * sh + kh) * xb.Wp * Ci,
+                    spad=patch + r * P * k.Kp + kh * KW * Ci,
                     rows=P, cols=KW * Ci, gmem_stride=sw * Ci, spad_stride=k.Kp,
                     base=GmemBase.ARG0))
         body.append(wait())
@@ -619,6 +620,86 @@ class _Compiler:
             self.tilings[spec.name] = Tiling(1, 1)
         self.emit(body, xb.word(0, 0), yb.word(0, 0))
 
+    def conv_pool_dense_layout(self, spec, pool, tail):
+        """Scratchpad layout of a conv, the max-pool after it and a chain of Dense layers
+        over the pooled map, all in one call (every weight resident, the whole pooled
+        map in the scratchpad); or the reason it does not fit."""
+        R = self.R
+        k = _ConvConsts.layout(spec, R, self.wb)
+        kd = [_ConvConsts.layout(s, R, self.wb) for s in tail]
+        Co, Ci, KH, KW = spec.weight.shape
+        _, OH, OW = self.map_shape(spec.y)
+        pkh, pkw = pool.kernel
+        _, PH, PW = self.map_shape(pool.y)
+        if KW * Ci > _MAX_COLS or max(x.K for x in [k] + kd) > _MAX_K or \
+                max(pkh, pkw) > _MAX_WINDOW:
+            return None, "a window beyond the DMA, MATMUL or VPOOL fields"
+        top = k.G * k.block
+        dense_at = []
+        for x in kd:
+            dense_at.append(top)
+            top += x.G * x.block
+        patch = top | 1
+        row_buf = patch + pkh * OW * k.Kp
+        tmp = row_buf + pkh * OW * Co + R
+        out = (tmp + OW * Co) | 1                  # the first Dense's activation stream
+        top = out + PH * PW * Co
+        vectors = []
+        for x in kd:
+            vectors.append(top | 1)
+            top = vectors[-1] + x.G * R
+        loads = sum(-(-x.G * x.block // _MAX_COLS) for x in [k] + kd)
+        insns = loads + 3 + PH * (pkh * KH + 1 + 3 * OW * pkh * k.G + 1 + PW) + \
+            sum(3 + 3 * x.G for x in kd) + 4
+        if top > self.cfg.spad_words:
+            return None, f"needs {top} scratchpad words, the tile has {self.cfg.spad_words}"
+        if insns > self.cfg.slot_depth:
+            return None, f"needs {insns} micro-instructions, a slot holds {self.cfg.slot_depth}"
+        return (dense_at, patch, row_buf, tmp, out, vectors), None
+
+    def conv_pool_dense(self, spec, pool, tail):
+        """Conv + max-pool over the whole map, then the Dense layers over the pooled map,
+        in one call: neither the conv map nor the pooled map nor a hidden vector leaves
+        the scratchpad, and every weight is loaded once per call."""
+        (dense_at, patch, row_buf, tmp, out, vectors), _ = self.conv_pool_dense_layout(
+            spec, pool, tail)
+        xb = self.buffers[spec.x]
+        yb = self.buffers[tail[-1].y]
+        Co = spec.weight.shape[0]
+        pkh, pkw = pool.kernel
+        psh, psw = pool.stride
+        _, OH, OW = self.map_shape(spec.y)
+        _, PH, PW = self.map_shape(pool.y)
+        k = self.conv_constants(spec)
+        placed = [self.conv_constants(s) for s in tail]
+        body = self.load_const(0, k.at, k.G * k.block)
+        for x, at in zip(placed, dense_at):
+            body += self.load_const(at, x.at, x.G * x.block)
+        body += self.vector_cfg(self.T[spec.y].zero_point, spec.lo, spec.hi)
+        for ph in range(PH):
+            # The MATMULs of the previous row have all been issued (and so finished)
+            # before its VPOOLs, so the gather may overwrite the patch.
+            body += self.conv_rows_body(spec, xb, OW, pkh, row_buf, patch=patch, consts=k,
+                                        groups=range(k.G), pitch=Co, row0=ph * psh)
+            body += self.pool_rows(row_buf, OW, Co, pkh, pkw, psw, PW, tmp,
+                                   out + ph * PW * Co)
+        src = out
+        for s, x, w0, vec in zip(tail, placed, dense_at, vectors):
+            body += self.vector_cfg(self.T[s.y].zero_point, s.lo, s.hi)
+            for g in range(x.G):
+                w = w0 + g * x.block
+                body += [acc_bias(w + x.Kp),
+                         matmul(a=w, b=src, k=x.K, accumulate=True),
+                         requant(out=vec + g * self.R, per_channel=True,
+                                 params=w + x.Kp + x.bias_words)]
+            src = vec
+        body += [_DRAIN, dma_store(gmem=0, spad=vectors[-1], cols=placed[-1].Co,
+                                   base=GmemBase.ARG1), wait(), ret()]
+        self.tilings[spec.name] = Tiling(1, OH * OW)
+        for s in tail:
+            self.tilings[s.name] = Tiling(1, 1)
+        self.emit(body, xb.word(-spec.pads[0], -spec.pads[1]), yb.word(0, 0))
+
     def pool_rows(self, src, src_w, C, kh, kw, sw, ow, tmp, out):
         """Max-pool ``kh`` rows of ``src_w`` pixels x C channels at ``src`` (row i at
         src + i * src_w * C) into one row of ``ow`` pixels at
@@ -703,10 +784,16 @@ class _Compiler:
             self.emit(body, a, b)
 
 
-def compile_graph(graph, config, *, policy="none", groups=None, lanes=None):
+def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
+                  stable_layout=False):
     """Compile ``graph`` for a tile with ``config`` under ``policy``, or with the ops
     grouped into fused units as ``groups`` says (tuples of op names; every op not named
     is a unit of its own; see :func:`fusion_kind` for the groups the compiler fuses).
+
+    With ``stable_layout`` every tensor gets its GMEM buffer even when a fused unit
+    keeps it in the scratchpad, so programs of the same graph with different groups
+    share one GMEM image (weights, tables and buffers at the same addresses): the
+    adaptive runtime swaps between them by loading kernels and a plan only.
 
     Raises
     ------
@@ -729,7 +816,7 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None):
     units = view.units(static_groups(graph, config) if groups is None and policy == "static"
                        else groups or [])
     fused = {u.ops[0].name: u.ops[1] for u in units if u.kind == "conv+pool"}
-    skipped = {op.y for u in units for op in u.ops[:-1]}   # maps kept on-tile
+    skipped = set() if stable_layout else {op.y for u in units for op in u.ops[:-1]}
 
     # Buffers with rings for their consumers' padding.
     names = [graph.input] + [op.y for op in graph.ops if not isinstance(op, Flatten)]
@@ -765,6 +852,8 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None):
         op = unit.ops[0]
         if unit.kind == "dense chain":
             c.dense_chain([specs[o.name] for o in unit.ops])
+        elif unit.kind == "conv+pool+dense":
+            c.conv_pool_dense(specs[op.name], unit.ops[1], [specs[o.name] for o in unit.ops[2:]])
         elif op.name in specs:
             c.conv(specs[op.name], fused.get(op.name))
         elif isinstance(op, MaxPool):
@@ -797,7 +886,7 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None):
 @dataclass
 class Unit:
     """Ops compiled into one kernel (one op, or a fused group)."""
-    kind: str                 # "op", "conv+pool" or "dense chain"
+    kind: str                 # "op", "conv+pool", "conv+pool+dense" or "dense chain"
     ops: list
 
     @property
@@ -815,8 +904,10 @@ class _GraphView:
         for op in graph.ops:
             if isinstance(op, Flatten):
                 self.alias[op.y] = self.alias.get(op.x, op.x)
-        self.consumers = {}
+        self.consumers = {}                     # tensor -> ops reading it (not Flatten)
         for op in graph.ops:
+            if isinstance(op, Flatten):
+                continue
             for name in _inputs(op):
                 self.consumers.setdefault(self.alias.get(name, name), []).append(op)
         self.specs = {}
@@ -849,7 +940,13 @@ class _GraphView:
         if all(isinstance(op, Dense) for op in ops):
             reason = c.dense_chain_fit([self.specs[op.name] for op in ops])
             return ("dense chain", None) if reason is None else (None, reason)
-        return None, "the compiler fuses a conv with a max-pool, or a chain of Dense layers"
+        if len(ops) > 2 and isinstance(ops[0], Conv) and isinstance(ops[1], MaxPool) and \
+                all(isinstance(op, Dense) for op in ops[2:]) and not any(ops[1].pads):
+            reason = c.conv_pool_dense_layout(self.specs[ops[0].name], ops[1],
+                                              [self.specs[op.name] for op in ops[2:]])[1]
+            return ("conv+pool+dense", None) if reason is None else (None, reason)
+        return None, ("the compiler fuses a conv with a max-pool (and Dense layers after "
+                      "it), or a chain of Dense layers")
 
     def units(self, groups):
         """Every op (but Flatten) in a unit, in graph order; ``groups`` fused."""
@@ -882,7 +979,7 @@ class _GraphView:
 
 def fusion_kind(graph, config, group):
     """How the compiler would fuse ``group`` (op names): ``"op"``, ``"conv+pool"``,
-    ``"dense chain"``; or raise :class:`CompileError` saying why it cannot."""
+    ``"conv+pool+dense"``, ``"dense chain"``; or raise :class:`CompileError` saying why it cannot."""
     view = _GraphView(graph, _Compiler(graph, config, "none", 1))
     return view.units([tuple(group)])[0].kind if len(group) else "op"
 

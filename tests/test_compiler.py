@@ -7,7 +7,8 @@ import pytest
 from fusetile.host import open_transport
 from fusetile.host.device import Device
 from fusetile.host.runner import infer, load_program
-from fusetile.kernels.compiler import POLICIES, CompileError, compile_graph
+from fusetile.kernels.compiler import (POLICIES, CompileError, compile_graph, fusion_kind,
+                                       static_groups)
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.graph import (Add, AvgPool, Clamp, Conv, Dense, Flatten, Graph, MaxPool,
                                     QTensor, Requant, run_reference)
@@ -94,10 +95,10 @@ def _reference(graph, xs):
     return np.stack([run_reference(graph, x)[graph.output] for x in xs])
 
 
-def _run(target, graph, xs, policy, config=TileConfig()):
+def _run(target, graph, xs, policy, config=TileConfig(), groups=None):
     with open_transport(target, config=config) as transport:
         dev = Device(transport)
-        program = compile_graph(graph, config, policy=policy)
+        program = compile_graph(graph, config, policy=policy, groups=groups)
         load_program(dev, program)
         return infer(dev, program, xs)
 
@@ -123,6 +124,61 @@ def test_static_fuses_conv_and_pool():
     _, s_none = _run("model", graph, xs, "none")
     _, s_static = _run("model", graph, xs, "static")
     assert s_static.dma_bytes_out < s_none.dma_bytes_out
+
+
+#: Fused units beyond the static rules: (graph, groups, kind of the first group).
+FUSED = {
+    "conv+pool+dense": (lambda: conv_net(1), [("conv", "pool", "flat", "fc")],
+                        "conv+pool+dense"),
+    "conv+pool+dense_wide": (lambda: conv_net(2, ci=4, co=11, hw=(9, 8), k=(5, 5),
+                                              stride=(2, 2), pads=(2, 1, 2, 1),
+                                              pool=((1, 2), (1, 1), (0, 0, 0, 0))),
+                             [("conv", "pool", "fc")], "conv+pool+dense"),
+    "dense chain": (lambda: _dense_chain(11, 40, 19), [("fc1", "fc2")], "dense chain"),
+}
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_units_match_reference(name):
+    make, groups, kind = FUSED[name]
+    graph = make()
+    assert fusion_kind(graph, TileConfig(), groups[0]) == kind
+    program = compile_graph(graph, TileConfig(), groups=groups)
+    assert tuple(n for n in groups[0] if n != "flat") in program.groups   # Flatten moves nothing
+    unfused = compile_graph(graph, TileConfig(), policy="static")
+    assert program.calls < unfused.calls
+    xs = _samples(graph, 11)
+    y, stats = _run("model", graph, xs, "none", groups=groups)
+    assert np.array_equal(y, _reference(graph, xs))
+    _, static = _run("model", graph, xs, "static")
+    assert stats.dma_bytes_in + stats.dma_bytes_out < static.dma_bytes_in + static.dma_bytes_out
+
+
+def test_stable_layout_shares_one_gmem_image():
+    graph = conv_net(1)
+    images = {compile_graph(graph, TileConfig(), groups=g, stable_layout=True).gmem
+              for g in ([], static_groups(graph, TileConfig()), FUSED["conv+pool+dense"][1])}
+    assert len(images) == 1
+    compact = compile_graph(graph, TileConfig(), policy="static")
+    assert len(compact.gmem) < len(images.pop())     # the conv map is not allocated
+
+
+@pytest.mark.parametrize("groups, message", [
+    ([("conv", "fc")], "not the only consumer"),
+    ([("conv", "pool"), ("pool", "fc")], "in two groups"),
+    ([("conv", "nope")], "no op 'nope'"),
+    ([("pool", "fc")], "fuses a conv with a max-pool"),
+])
+def test_groups_that_do_not_fuse_are_refused(groups, message):
+    with pytest.raises(CompileError, match=message):
+        compile_graph(conv_net(1), TileConfig(), groups=groups)
+
+
+def test_padded_pool_does_not_fuse():
+    graph = GRAPHS["conv1x1_padded_pool"]()
+    assert static_groups(graph, TileConfig()) == []
+    with pytest.raises(CompileError, match="padded max-pool"):
+        fusion_kind(graph, TileConfig(), ("conv", "pool"))
 
 
 def test_segments_when_the_plan_is_short():
@@ -222,3 +278,17 @@ def test_verilator_runs_split_layers(name):
     assert np.array_equal(y_rtl, _reference(graph, xs))
     assert np.array_equal(y_rtl, y_model)
     assert stats.macs == model_stats.macs
+
+
+@pytest.mark.cocotb
+@pytest.mark.parametrize("name", ["conv+pool+dense", "dense chain"])
+def test_verilator_runs_fused_units(name):
+    """The fused kinds beyond the static rules on the RTL: bit-identical to the model."""
+    require_simulator("verilator")
+    make, groups, _ = FUSED[name]
+    graph = make()
+    xs = _samples(graph, 8)
+    y_model, model_stats = _run("model", graph, xs, "none", groups=groups)
+    y_rtl, stats = _run("verilator", graph, xs, "none", groups=groups)
+    assert np.array_equal(y_rtl, y_model)
+    assert stats.macs == model_stats.macs and stats.kernel_calls == model_stats.kernel_calls

@@ -27,8 +27,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-__all__ = ["load_split", "train_mlp", "train_cnn", "quantize", "predict", "accuracy",
-           "build", "OPSET", "INPUT", "OUTPUT"]
+__all__ = ["load_split", "train_mlp", "train_cnn", "train_rescnn", "quantize", "predict",
+           "accuracy", "build", "OPSET", "INPUT", "OUTPUT"]
 
 OPSET = 17
 INPUT = "input"
@@ -93,6 +93,18 @@ def _make_model(name, nodes, params):
 def _gemm(name, x, out, weight, bias):
     """A ``Gemm`` node ``out = x @ weight.T + bias`` (weight is ``(out, in)``)."""
     return helper.make_node("Gemm", [x, weight, bias], [out], name=name, transB=1)
+
+
+def _conv(name, x, out, weight, bias):
+    """A 3x3, pad 1, stride 1 ``Conv`` node (weight ``(OC, C, 3, 3)``)."""
+    return helper.make_node("Conv", [x, weight, bias], [out], name=name,
+                            kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
+
+
+def _maxpool(name, x, out):
+    """A 2x2, stride 2 ``MaxPool`` node."""
+    return helper.make_node("MaxPool", [x], [out], name=name, kernel_shape=[2, 2],
+                            strides=[2, 2])
 
 
 # --- MLP --------------------------------------------------------------------------
@@ -253,18 +265,29 @@ def _adam(params, grads, state, lr, b1=0.9, b2=0.999, eps=1e-8):
         params[k] -= step.astype(np.float32)
 
 
-def _fit_cnn(x, y, *, epochs=30, batch=32, lr=3e-3, seed=SEED):
-    """Train the CNN's parameters with Adam on shuffled minibatches."""
+def _fit(x, y, init, forward, backward, *, epochs=30, batch=32, lr=3e-3, seed=SEED):
+    """Train a network's parameters with Adam on shuffled minibatches.
+
+    ``init(rng)`` makes the parameters, ``forward(params, x)`` returns the logits and a
+    cache, ``backward(params, dlogits, cache)`` the gradients. One generator seeded
+    with ``seed`` draws the initial weights, then each epoch's order.
+    """
     rng = np.random.default_rng(seed)
-    params, state = _cnn_init(rng), {"t": 0}
+    params, state = init(rng), {"t": 0}
     for _ in range(epochs):
         order = rng.permutation(len(x))
         for i in range(0, len(x), batch):
             idx = order[i:i + batch]
-            logits, cache = _cnn_forward(params, x[idx])
-            grads = _cnn_backward(params, _softmax_xent_grad(logits, y[idx]), cache)
+            logits, cache = forward(params, x[idx])
+            grads = backward(params, _softmax_xent_grad(logits, y[idx]), cache)
             _adam(params, grads, state, lr)
     return params
+
+
+def _fit_cnn(x, y, *, epochs=30, batch=32, lr=3e-3, seed=SEED):
+    """Train the CNN's parameters with Adam on shuffled minibatches."""
+    return _fit(x, y, _cnn_init, _cnn_forward, _cnn_backward,
+                epochs=epochs, batch=batch, lr=lr, seed=seed)
 
 
 def train_cnn(x_train=None, y_train=None):
@@ -290,12 +313,9 @@ def train_cnn(x_train=None, y_train=None):
     prev = INPUT
     for i in (1, 2):
         nodes += [
-            helper.make_node("Conv", [prev, f"conv{i}.weight", f"conv{i}.bias"],
-                             [f"conv{i}_out"], name=f"conv{i}", kernel_shape=[3, 3],
-                             pads=[1, 1, 1, 1], strides=[1, 1]),
+            _conv(f"conv{i}", prev, f"conv{i}_out", f"conv{i}.weight", f"conv{i}.bias"),
             helper.make_node("Relu", [f"conv{i}_out"], [f"relu{i}"], name=f"relu{i}"),
-            helper.make_node("MaxPool", [f"relu{i}"], [f"pool{i}"], name=f"pool{i}",
-                             kernel_shape=[2, 2], strides=[2, 2]),
+            _maxpool(f"pool{i}", f"relu{i}", f"pool{i}"),
         ]
         prev = f"pool{i}"
     nodes += [
@@ -303,6 +323,102 @@ def train_cnn(x_train=None, y_train=None):
         _gemm("fc", "flat", OUTPUT, "fc.weight", "fc.bias"),
     ]
     return _make_model("digits_cnn", nodes, params)
+
+
+# --- residual CNN -----------------------------------------------------------------
+
+def _rescnn_init(rng):
+    """He-normal weights, zero biases, in ONNX layouts (residual CNN)."""
+    def he(shape, fan_in):
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+    return {
+        "conv1.weight": he((8, 1, 3, 3), 9), "conv1.bias": np.zeros(8, np.float32),
+        "res1.weight": he((8, 8, 3, 3), 72), "res1.bias": np.zeros(8, np.float32),
+        "res2.weight": he((8, 8, 3, 3), 72), "res2.bias": np.zeros(8, np.float32),
+        "conv2.weight": he((16, 8, 3, 3), 72), "conv2.bias": np.zeros(16, np.float32),
+        "fc.weight": he((10, 64), 64), "fc.bias": np.zeros(10, np.float32),
+    }
+
+
+def _rescnn_forward(p, x):
+    """Logits of the residual CNN on a batch, and what the backward pass needs."""
+    z1, cols1 = _conv_forward(x, p["conv1.weight"], p["conv1.bias"])
+    a1 = np.maximum(z1, 0)
+    z2, cols2 = _conv_forward(a1, p["res1.weight"], p["res1.bias"])
+    a2 = np.maximum(z2, 0)
+    z3, cols3 = _conv_forward(a2, p["res2.weight"], p["res2.bias"])
+    s = z3 + a1                                   # the skip connection
+    p1, m1 = _pool_forward(np.maximum(s, 0))
+    z4, cols4 = _conv_forward(p1, p["conv2.weight"], p["conv2.bias"])
+    p2, m2 = _pool_forward(np.maximum(z4, 0))
+    flat = p2.reshape(len(x), -1)
+    logits = flat @ p["fc.weight"].T + p["fc.bias"]
+    return logits, (x, z1, cols1, a1, z2, cols2, a2, cols3, s, m1, p1, z4, cols4, m2, flat)
+
+
+def _rescnn_backward(p, dlogits, cache):
+    """Gradients of all parameters of the residual CNN, given d(loss)/d(logits)."""
+    x, z1, cols1, a1, z2, cols2, a2, cols3, s, m1, p1, z4, cols4, m2, flat = cache
+    g = {"fc.weight": dlogits.T @ flat, "fc.bias": dlogits.sum(axis=0)}
+    dp2 = (dlogits @ p["fc.weight"]).reshape(len(x), 16, 2, 2)
+    dz4 = _pool_backward(dp2, m2) * (z4 > 0)
+    dp1, g["conv2.weight"], g["conv2.bias"] = _conv_backward(
+        dz4, p1.shape, cols4, p["conv2.weight"])
+    ds = _pool_backward(dp1, m1) * (s > 0)
+    # The Add passes ds to both of its inputs: the residual branch and the skip.
+    da2, g["res2.weight"], g["res2.bias"] = _conv_backward(
+        ds, a2.shape, cols3, p["res2.weight"])
+    dz2 = da2 * (z2 > 0)
+    da1, g["res1.weight"], g["res1.bias"] = _conv_backward(
+        dz2, a1.shape, cols2, p["res1.weight"])
+    dz1 = (da1 + ds) * (z1 > 0)
+    _, g["conv1.weight"], g["conv1.bias"] = _conv_backward(
+        dz1, x.shape, cols1, p["conv1.weight"])
+    return g
+
+
+def _fit_rescnn(x, y, *, epochs=30, batch=32, lr=3e-3, seed=SEED):
+    """Train the residual CNN's parameters with Adam on shuffled minibatches."""
+    return _fit(x, y, _rescnn_init, _rescnn_forward, _rescnn_backward,
+                epochs=epochs, batch=batch, lr=lr, seed=seed)
+
+
+def train_rescnn(x_train=None, y_train=None):
+    """Train the residual CNN in NumPy and write it as a float ONNX model.
+
+    The CNN's recipe (30 epochs of Adam, lr 3e-3, batch 32, seed 0, softmax
+    cross-entropy) with one residual block after the first convolution.
+
+    Parameters
+    ----------
+    x_train, y_train : numpy.ndarray, optional
+        Training data; by default the train half of :func:`load_split`.
+
+    Returns
+    -------
+    onnx.ModelProto
+        ``Conv -> Relu -> [Conv -> Relu -> Conv] + skip -> Relu -> MaxPool -> Conv ->
+        Relu -> MaxPool -> Flatten -> Gemm``.
+    """
+    if x_train is None:
+        x_train, y_train = load_split()[:2]
+    params = _fit_rescnn(x_train.astype(np.float32), y_train)
+    nodes = [
+        _conv("conv1", INPUT, "conv1_out", "conv1.weight", "conv1.bias"),
+        helper.make_node("Relu", ["conv1_out"], ["relu1"], name="relu1"),
+        _conv("res1", "relu1", "res1_out", "res1.weight", "res1.bias"),
+        helper.make_node("Relu", ["res1_out"], ["res_relu"], name="res_relu"),
+        _conv("res2", "res_relu", "res2_out", "res2.weight", "res2.bias"),
+        helper.make_node("Add", ["res2_out", "relu1"], ["res_sum"], name="res_add"),
+        helper.make_node("Relu", ["res_sum"], ["relu2"], name="relu2"),
+        _maxpool("pool1", "relu2", "pool1"),
+        _conv("conv2", "pool1", "conv2_out", "conv2.weight", "conv2.bias"),
+        helper.make_node("Relu", ["conv2_out"], ["relu3"], name="relu3"),
+        _maxpool("pool2", "relu3", "pool2"),
+        helper.make_node("Flatten", ["pool2"], ["flat"], name="flatten", axis=1),
+        _gemm("fc", "flat", OUTPUT, "fc.weight", "fc.bias"),
+    ]
+    return _make_model("digits_rescnn", nodes, params)
 
 
 # --- quantisation and evaluation --------------------------------------------------
@@ -421,7 +537,8 @@ def build(out_dir):
     out.mkdir(parents=True, exist_ok=True)
     x_train, y_train, x_test, y_test = load_split()
     results = {}
-    for name, train in (("mlp", train_mlp), ("cnn", train_cnn)):
+    for name, train in (("mlp", train_mlp), ("cnn", train_cnn),
+                        ("rescnn", train_rescnn)):
         fmodel = train(x_train, y_train)
         qmodel = quantize(fmodel, x_train[:N_CALIB])
         onnx.save(fmodel, out / f"digits_{name}_float.onnx")
