@@ -981,7 +981,9 @@ def fusion_kind(graph, config, group):
     """How the compiler would fuse ``group`` (op names): ``"op"``, ``"conv+pool"``,
     ``"conv+pool+dense"``, ``"dense chain"``; or raise :class:`CompileError` saying why it cannot."""
     view = _GraphView(graph, _Compiler(graph, config, "none", 1))
-    return view.units([tuple(group)])[0].kind if len(group) else "op"
+    members = set(group)
+    return next(u.kind for u in view.units([tuple(group)])
+                if members & {op.name for op in u.ops})
 
 
 def static_groups(graph, config):

@@ -1,8 +1,8 @@
 """Rebuild the shipped digits workloads: ``python -m fusetile.workloads.build``.
 
-Trains the MLP and the CNN, quantises both to int8 QDQ and writes the four ``.onnx``
-files (by default next to this module, i.e. the ``workloads/`` folder), then prints
-their onnxruntime accuracy on the test split.
+Trains the MLP, the CNN and the residual CNN, quantises them to int8 QDQ and writes
+the six ``.onnx`` files (by default next to this module, i.e. the ``workloads/``
+folder), then prints their onnxruntime accuracy on the test split.
 """
 
 import argparse

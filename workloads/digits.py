@@ -1,6 +1,6 @@
-"""Digits workloads: an int8 MLP and an int8 CNN for scikit-learn's 8 x 8 digits.
+"""Digits workloads: an int8 MLP, CNN and residual CNN for scikit-learn's 8 x 8 digits.
 
-Both networks take one image, ``input`` float32 ``[1, 1, 8, 8]`` with pixels in
+All three networks take one image, ``input`` float32 ``[1, 1, 8, 8]`` with pixels in
 [0, 1], and return ``logits`` float32 ``[1, 10]`` (no Softmax/ArgMax: the class is the
 index of the largest logit). The graphs are written by hand with :mod:`onnx.helper`
 (opset 17) so that they hold only operators the tile runs:
@@ -10,10 +10,13 @@ index of the largest logit). The graphs are written by hand with :mod:`onnx.help
 * CNN: ``Conv 3x3 (1 -> 8) -> Relu -> MaxPool 2x2 -> Conv 3x3 (8 -> 16) -> Relu ->
   MaxPool 2x2 -> Flatten -> Gemm(64 -> 10)``, trained by the small NumPy trainer in
   this module (im2col convolutions, Adam, softmax cross-entropy).
+* Residual CNN: ``Conv 3x3 (1 -> 8) -> Relu -> [Conv 3x3 (8 -> 8) -> Relu -> Conv 3x3
+  (8 -> 8) -> Relu] + skip (Add) -> MaxPool 2x2 -> Conv 3x3 (8 -> 16) -> Relu -> MaxPool
+  2x2 -> Flatten -> Gemm(64 -> 10)``, trained by the same NumPy trainer.
 
 :func:`quantize` turns a float model into an int8 QDQ model with onnxruntime's
 ``quantize_static`` (per-tensor int8 weights and activations, MinMax calibration).
-:func:`build` does everything and writes the four ``.onnx`` files.
+:func:`build` does everything and writes the six ``.onnx`` files.
 
 Everything is seeded: the split, scikit-learn's trainer, the NumPy trainer and the
 calibration set are fixed, so two builds give byte-identical ONNX files.
@@ -27,8 +30,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-__all__ = ["load_split", "train_mlp", "train_cnn", "train_rescnn", "quantize", "predict",
-           "accuracy", "build", "OPSET", "INPUT", "OUTPUT"]
+__all__ = ["load_split", "train_mlp", "train_cnn", "train_rescnn", "quantize",
+           "predict", "accuracy", "build", "OPSET", "INPUT", "OUTPUT"]
 
 OPSET = 17
 INPUT = "input"
@@ -347,27 +350,29 @@ def _rescnn_forward(p, x):
     z2, cols2 = _conv_forward(a1, p["res1.weight"], p["res1.bias"])
     a2 = np.maximum(z2, 0)
     z3, cols3 = _conv_forward(a2, p["res2.weight"], p["res2.bias"])
-    s = z3 + a1                                   # the skip connection
-    p1, m1 = _pool_forward(np.maximum(s, 0))
+    # The skip connection adds two Relu outputs: the sum is >= 0 already, so no Relu
+    # follows it (see train_rescnn for why the Relu is not after the Add).
+    p1, m1 = _pool_forward(np.maximum(z3, 0) + a1)
     z4, cols4 = _conv_forward(p1, p["conv2.weight"], p["conv2.bias"])
     p2, m2 = _pool_forward(np.maximum(z4, 0))
     flat = p2.reshape(len(x), -1)
     logits = flat @ p["fc.weight"].T + p["fc.bias"]
-    return logits, (x, z1, cols1, a1, z2, cols2, a2, cols3, s, m1, p1, z4, cols4, m2, flat)
+    return logits, (x, z1, cols1, a1, z2, cols2, a2, z3, cols3, m1, p1, z4, cols4, m2,
+                    flat)
 
 
 def _rescnn_backward(p, dlogits, cache):
     """Gradients of all parameters of the residual CNN, given d(loss)/d(logits)."""
-    x, z1, cols1, a1, z2, cols2, a2, cols3, s, m1, p1, z4, cols4, m2, flat = cache
+    x, z1, cols1, a1, z2, cols2, a2, z3, cols3, m1, p1, z4, cols4, m2, flat = cache
     g = {"fc.weight": dlogits.T @ flat, "fc.bias": dlogits.sum(axis=0)}
     dp2 = (dlogits @ p["fc.weight"]).reshape(len(x), 16, 2, 2)
     dz4 = _pool_backward(dp2, m2) * (z4 > 0)
     dp1, g["conv2.weight"], g["conv2.bias"] = _conv_backward(
         dz4, p1.shape, cols4, p["conv2.weight"])
-    ds = _pool_backward(dp1, m1) * (s > 0)
-    # The Add passes ds to both of its inputs: the residual branch and the skip.
+    # The Add passes its gradient to both inputs: the residual branch and the skip.
+    ds = _pool_backward(dp1, m1)
     da2, g["res2.weight"], g["res2.bias"] = _conv_backward(
-        ds, a2.shape, cols3, p["res2.weight"])
+        ds * (z3 > 0), a2.shape, cols3, p["res2.weight"])
     dz2 = da2 * (z2 > 0)
     da1, g["res1.weight"], g["res1.bias"] = _conv_backward(
         dz2, a1.shape, cols2, p["res1.weight"])
@@ -389,6 +394,13 @@ def train_rescnn(x_train=None, y_train=None):
     The CNN's recipe (30 epochs of Adam, lr 3e-3, batch 32, seed 0, softmax
     cross-entropy) with one residual block after the first convolution.
 
+    The block is ``relu1 + Relu(Conv(Relu(Conv(relu1))))``: its last Relu sits before
+    the Add, not after it. Both addends are then >= 0, so the int8 sum's calibrated
+    range covers each addend's and the input/output scale ratios of the quantised Add
+    are at most 1, as the tile's VADD requires. (With ``Relu(Conv(...) + relu1)``, the
+    signed Conv output gets a larger scale than the Relu-clamped sum and the importer
+    refuses the Add.) A Relu after the Add would be the identity, so there is none.
+
     Parameters
     ----------
     x_train, y_train : numpy.ndarray, optional
@@ -397,7 +409,7 @@ def train_rescnn(x_train=None, y_train=None):
     Returns
     -------
     onnx.ModelProto
-        ``Conv -> Relu -> [Conv -> Relu -> Conv] + skip -> Relu -> MaxPool -> Conv ->
+        ``Conv -> Relu -> [Conv -> Relu -> Conv -> Relu] + skip -> MaxPool -> Conv ->
         Relu -> MaxPool -> Flatten -> Gemm``.
     """
     if x_train is None:
@@ -407,14 +419,14 @@ def train_rescnn(x_train=None, y_train=None):
         _conv("conv1", INPUT, "conv1_out", "conv1.weight", "conv1.bias"),
         helper.make_node("Relu", ["conv1_out"], ["relu1"], name="relu1"),
         _conv("res1", "relu1", "res1_out", "res1.weight", "res1.bias"),
-        helper.make_node("Relu", ["res1_out"], ["res_relu"], name="res_relu"),
-        _conv("res2", "res_relu", "res2_out", "res2.weight", "res2.bias"),
-        helper.make_node("Add", ["res2_out", "relu1"], ["res_sum"], name="res_add"),
-        helper.make_node("Relu", ["res_sum"], ["relu2"], name="relu2"),
-        _maxpool("pool1", "relu2", "pool1"),
+        helper.make_node("Relu", ["res1_out"], ["res_relu1"], name="res_relu1"),
+        _conv("res2", "res_relu1", "res2_out", "res2.weight", "res2.bias"),
+        helper.make_node("Relu", ["res2_out"], ["res_relu2"], name="res_relu2"),
+        helper.make_node("Add", ["res_relu2", "relu1"], ["res_sum"], name="res_add"),
+        _maxpool("pool1", "res_sum", "pool1"),
         _conv("conv2", "pool1", "conv2_out", "conv2.weight", "conv2.bias"),
-        helper.make_node("Relu", ["conv2_out"], ["relu3"], name="relu3"),
-        _maxpool("pool2", "relu3", "pool2"),
+        helper.make_node("Relu", ["conv2_out"], ["relu2"], name="relu2"),
+        _maxpool("pool2", "relu2", "pool2"),
         helper.make_node("Flatten", ["pool2"], ["flat"], name="flatten", axis=1),
         _gemm("fc", "flat", OUTPUT, "fc.weight", "fc.bias"),
     ]
@@ -516,10 +528,10 @@ def accuracy(model_or_path, x, y):
 
 
 def build(out_dir):
-    """Train, quantise and save both workloads; return their test accuracies.
+    """Train, quantise and save the three workloads; return their test accuracies.
 
-    Writes ``digits_mlp.onnx`` and ``digits_cnn.onnx`` (int8 QDQ) and
-    ``digits_mlp_float.onnx`` and ``digits_cnn_float.onnx`` into ``out_dir``.
+    Writes ``digits_{mlp,cnn,rescnn}.onnx`` (int8 QDQ) and
+    ``digits_{mlp,cnn,rescnn}_float.onnx`` into ``out_dir``.
     Calibration uses the first 200 training images. All seeds are fixed: rebuilding
     gives byte-identical files.
 
@@ -531,7 +543,8 @@ def build(out_dir):
     Returns
     -------
     dict
-        ``{"mlp": {"float": acc, "int8": acc}, "cnn": {...}}`` on the test split.
+        ``{"mlp": {"float": acc, "int8": acc}, "cnn": {...}, "rescnn": {...}}`` on the
+        test split.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

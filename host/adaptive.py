@@ -1,0 +1,240 @@
+"""The adaptive runtime: runs a graph and makes it faster while it runs.
+
+It starts from the ``static`` policy's program, compiled with a *stable layout* (every
+grouping of the graph's ops shares one GMEM image; ``compile_graph(stable_layout=True)``),
+so changing the program never touches GMEM: only kernels and a plan. Per plan run of
+``lanes`` samples:
+
+1. write the samples, START;
+2. while the tile runs, if a new program is ready: write its new kernels into slots
+   the running plan does not use, its plan into the inactive bank, and request the swap
+   (the tile takes it at the run's DONE: the run in flight finishes on the old plan,
+   the next starts on the new one; nothing is lost or run twice);
+3. wait for DONE, let the :class:`~fusetile.host.profiler.Profiler` drain the trace,
+   read the outputs;
+4. every ``interval`` runs after the last change, ask the
+   :class:`~fusetile.host.fusion.FusionEngine` for a merge or a split; JIT-compile the
+   new grouping (or take it from the :class:`~fusetile.host.cache.KernelCache`).
+"""
+
+from dataclasses import dataclass, field
+import time
+
+import numpy as np
+
+from ..kernels.compiler import CompileError, Segment, compile_graph
+from ..kernels.isa import PlanInstr, PlanOp
+from ..kernels.program import call
+from .fusion import FusionEngine
+from .profiler import Profiler
+from .runner import RunStats, _COUNTED
+
+
+__all__ = ["SlotTable", "AdaptiveRunner"]
+
+
+class SlotTable:
+    """What the host has loaded into each kernel slot, so that a new program reuses
+    the kernels already there and puts the rest only into slots the running plan does
+    not call."""
+
+    def __init__(self, slots):
+        self.bodies = [None] * slots
+
+    def place(self, segment, busy=()):
+        """Slots for ``segment``'s kernels: ``(relinked segment, {slot: body to load})``.
+        ``busy``: slots the running plan calls (never overwritten).
+
+        Raises :class:`CompileError` when there are not enough free slots."""
+        where, loads = {}, {}
+        taken = set(busy)
+        for s, body in segment.kernels.items():
+            body = tuple(body)
+            if body in self.bodies:
+                where[s] = self.bodies.index(body)
+                taken.add(where[s])
+        for s, body in segment.kernels.items():
+            if s in where:
+                continue
+            free = [i for i in range(len(self.bodies)) if i not in taken]
+            if not free:
+                raise CompileError("+".join(filter(None, segment.units)), "Slots",
+                                   f"needs {len(segment.kernels)} kernel slots beside the "
+                                   f"{len(set(busy))} the running plan uses; the tile has "
+                                   f"{len(self.bodies)}")
+            # prefer a slot that holds nothing, then the oldest leftover
+            slot = min(free, key=lambda i: self.bodies[i] is not None)
+            where[s] = slot
+            taken.add(slot)
+            loads[slot] = tuple(body)
+        plan = []
+        for instr in segment.plan:
+            v = PlanInstr.from_bits(instr)
+            if v.op == PlanOp.CALL:
+                instr = call(where[int(v.sel)], a=int(v.a), b=int(v.b))
+            plan.append(instr)
+        kernels = {where[s]: list(b) for s, b in segment.kernels.items()}
+        return Segment(kernels, plan, list(segment.units)), loads
+
+    def commit(self, loads):
+        for slot, body in loads.items():
+            self.bodies[slot] = body
+
+
+@dataclass
+class _Pending:
+    program: object
+    segment: Segment
+    loads: dict
+
+
+@dataclass
+class AdaptiveStats(RunStats):
+    """:class:`RunStats` plus what adaptation did."""
+    fusions: int = 0
+    defusions: int = 0
+    jit_compiles: int = 0
+    swaps: int = 0
+    swap_idle_cycles: int = 0
+    run_cycles: list = field(default_factory=list)     # active cycles of every run
+    run_groups: list = field(default_factory=list)     # the plan's unit count per run
+
+
+class AdaptiveRunner:
+    """The ``adaptive`` policy on a :class:`~fusetile.host.device.Device`."""
+
+    def __init__(self, dev, graph, *, interval=4, window=16, cache=None, **engine_args):
+        cfg = dev.config
+        self.dev, self.graph, self.cfg = dev, graph, cfg
+        self.interval = interval
+        self.cache = cache
+        self.profiler = Profiler(window)
+        self.slots = SlotTable(cfg.kernel_slots)
+        self.jit_compiles = 0
+        self.compile_seconds = 0.0
+        self._programs = {}
+        groups = self._start_groups()
+        program = self._compile(groups, jit=False)
+        self.engine = FusionEngine(graph, cfg, program.groups, self._fits, **engine_args)
+        if self.cache is not None:
+            self.engine.refusions.update(self.cache.refused(graph, cfg))
+        dev.write_window("GMEM", 0, program.gmem)
+        base, length = program.partition
+        dev.set_partition(0, base=base, length=length)
+        segment, loads = self.slots.place(program.segments[0])
+        self._load(loads)
+        dev.load_plan(segment.plan)
+        self.program, self.segment = program, segment
+        self.pending = None
+
+    # -- programs -----------------------------------------------------------------------
+    def _start_groups(self):
+        """The static rules, or the best grouping the cache has measured here."""
+        if self.cache is not None:
+            best = self.cache.best_groups(self.graph, self.cfg)
+            if best is not None:
+                return best
+        from ..kernels.compiler import static_groups
+        return static_groups(self.graph, self.cfg)
+
+    def _compile(self, groups, *, jit=True):
+        key = tuple(tuple(g) for g in groups)
+        if key in self._programs:
+            return self._programs[key]
+        program = self.cache.program(self.graph, self.cfg, key) if self.cache else None
+        if program is None:
+            t = time.perf_counter()
+            program = compile_graph(self.graph, self.cfg, policy="none", groups=list(key),
+                                    stable_layout=True)
+            self.compile_seconds += time.perf_counter() - t
+            if jit:
+                self.jit_compiles += 1
+            if self.cache is not None:
+                self.cache.store_program(self.graph, self.cfg, key, program)
+        if len(program.segments) != 1:
+            raise CompileError("+".join(map("+".join, key)), "Plan", "the adaptive policy "
+                               "runs programs that fit one plan bank and the kernel slots")
+        self._programs[key] = program
+        return program
+
+    def _fits(self, groups):
+        program = self._compile(groups)
+        busy = set(self.segment.kernels) if hasattr(self, "segment") else ()
+        self.slots.place(program.segments[0], busy)
+        return program
+
+    def _load(self, loads):
+        for slot, body in loads.items():
+            self.dev.load_kernel(slot, list(body), part=0)
+        self.slots.commit(loads)
+
+    # -- running -------------------------------------------------------------------------
+    def run(self, x, *, progress=None, timeout_cycles=50_000_000):
+        """Infer ``x`` (int8 ``(N, *input shape)``), adapting between runs. Returns
+        ``(y, AdaptiveStats)``."""
+        dev, program = self.dev, self.program
+        wb = self.cfg.word_bytes
+        x = np.asarray(x, dtype=np.int8)
+        n = len(x)
+        g = self.graph
+        out_shape = g.tensors[g.output].shape
+        self.profiler.reset(dev)
+        dev.clear_counters()
+        stats = AdaptiveStats(n, 0, 0, 0, 0, 0, 0, array=self.cfg.rows * self.cfg.cols)
+        fusions0 = sum(e["action"] == "fuse" for e in self.engine.log)
+        defusions0 = sum(e["action"] == "defuse" for e in self.engine.log)
+        jit0 = self.jit_compiles
+        since_change, ys, last_active = 0, [], 0
+        for start in range(0, n, program.lanes):
+            group = x[start:start + program.lanes]
+            dev.write_window("GMEM", program.input.at * wb, program.input.image(group, wb))
+            dev.start()
+            swapping = self.pending
+            if swapping is not None:              # load while the tile runs
+                self._load(swapping.loads)
+                dev.load_plan(swapping.segment.plan)
+                self.pending = None
+            dev.wait_done(timeout_cycles=timeout_cycles)
+            self.profiler.collect(dev, self.segment, len(group))
+            active = int(dev.counter("active_cycles"))
+            stats.run_cycles.append(active - last_active)
+            stats.run_groups.append(len(self.program.groups))
+            last_active = active
+            stats.runs += 1
+            raw = dev.read_window("GMEM", program.output.at * wb, program.output.words * wb)
+            ys.append(program.output.samples(raw, len(group), wb).reshape(
+                (len(group),) + tuple(out_shape)))
+            if swapping is not None:
+                # The run in flight finished on the old plan; the next runs the new one.
+                typical = np.median(stats.run_cycles[:-1][-4:]) if len(stats.run_cycles) > 1 \
+                    else stats.run_cycles[-1]
+                stats.swap_idle_cycles += max(0, int(stats.run_cycles[-1] - typical))
+                stats.swaps += 1
+                self.program, self.segment = swapping.program, swapping.segment
+                self.profiler.runs.clear()
+                since_change = 0
+            since_change += 1
+            if since_change >= self.interval and self.pending is None:
+                self._adapt(stats.runs)
+                since_change = 0 if self.pending is not None else since_change
+            if progress:
+                progress(min(start + program.lanes, n), n)
+        counters = dev.counters()
+        for name in _COUNTED:
+            setattr(stats, name, int(counters[name]))
+        stats.fusions = sum(e["action"] == "fuse" for e in self.engine.log) - fusions0
+        stats.defusions = sum(e["action"] == "defuse" for e in self.engine.log) - defusions0
+        stats.jit_compiles = self.jit_compiles - jit0
+        if self.cache is not None:
+            self.cache.record(self.graph, self.cfg, self.program.groups, self.profiler,
+                              self.engine)
+        y = np.concatenate(ys) if ys else np.zeros((0,) + tuple(out_shape), dtype=np.int8)
+        return y, stats
+
+    def _adapt(self, run):
+        groups = self.engine.step(self.program, self.profiler, run)
+        if groups is None:
+            return
+        program = self._compile(groups)
+        segment, loads = self.slots.place(program.segments[0], set(self.segment.kernels))
+        self.pending = _Pending(program, segment, loads)
