@@ -30,6 +30,10 @@ from .profiler import Profiler
 from .runner import RunStats, _COUNTED
 
 
+#: Counters read after every run (the adaptive runtime's own cost, with the trace).
+_PER_RUN = ("active_cycles", "dma_bytes_in", "dma_bytes_out", "macs")
+
+
 __all__ = ["SlotTable", "AdaptiveRunner"]
 
 
@@ -96,8 +100,14 @@ class AdaptiveStats(RunStats):
     jit_compiles: int = 0
     swaps: int = 0
     swap_idle_cycles: int = 0
-    run_cycles: list = field(default_factory=list)     # active cycles of every run
-    run_groups: list = field(default_factory=list)     # the plan's unit count per run
+    runs_log: list = field(default_factory=list)       # per run: samples, counters, plan
+
+    def steady(self):
+        """Counter totals and samples over the runs on the final plan."""
+        last = [r for r in self.runs_log if r["plan"] == self.runs_log[-1]["plan"]]
+        out = {c: sum(r[c] for r in last) for c in _PER_RUN}
+        out["samples"] = sum(r["samples"] for r in last)
+        return out
 
 
 class AdaptiveRunner:
@@ -184,7 +194,8 @@ class AdaptiveRunner:
         fusions0 = sum(e["action"] == "fuse" for e in self.engine.log)
         defusions0 = sum(e["action"] == "defuse" for e in self.engine.log)
         jit0 = self.jit_compiles
-        since_change, ys, last_active = 0, [], 0
+        since_change, ys = 0, []
+        last = {c: 0 for c in _PER_RUN}
         for start in range(0, n, program.lanes):
             group = x[start:start + program.lanes]
             dev.write_window("GMEM", program.input.at * wb, program.input.image(group, wb))
@@ -194,21 +205,23 @@ class AdaptiveRunner:
                 self._load(swapping.loads)
                 dev.load_plan(swapping.segment.plan)
                 self.pending = None
-            dev.wait_done(timeout_cycles=timeout_cycles)
+            dev.wait_done(timeout_cycles=timeout_cycles,
+                          on_poll=lambda: self.profiler.poll(dev))
             self.profiler.collect(dev, self.segment, len(group))
-            active = int(dev.counter("active_cycles"))
-            stats.run_cycles.append(active - last_active)
-            stats.run_groups.append(len(self.program.groups))
-            last_active = active
+            now = {c: int(dev.counter(c)) for c in _PER_RUN}
+            stats.runs_log.append({"samples": len(group), "plan": stats.swaps,
+                                   **{c: now[c] - last[c] for c in _PER_RUN}})
+            last = now
             stats.runs += 1
             raw = dev.read_window("GMEM", program.output.at * wb, program.output.words * wb)
             ys.append(program.output.samples(raw, len(group), wb).reshape(
                 (len(group),) + tuple(out_shape)))
             if swapping is not None:
                 # The run in flight finished on the old plan; the next runs the new one.
-                typical = np.median(stats.run_cycles[:-1][-4:]) if len(stats.run_cycles) > 1 \
-                    else stats.run_cycles[-1]
-                stats.swap_idle_cycles += max(0, int(stats.run_cycles[-1] - typical))
+                # A swap that cost the tile cycles would show in the run it happened in.
+                cycles = [r["active_cycles"] for r in stats.runs_log]
+                typical = np.median(cycles[:-1][-4:]) if len(cycles) > 1 else cycles[-1]
+                stats.swap_idle_cycles += max(0, int(cycles[-1] - typical))
                 stats.swaps += 1
                 self.program, self.segment = swapping.program, swapping.segment
                 self.profiler.runs.clear()

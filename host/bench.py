@@ -77,3 +77,100 @@ def isa_suite(dev, *, sizes=ISA_SIZES, progress=None):
             if progress is not None:
                 progress(len(results))
     return results
+
+
+# -- workloads under the three policies -------------------------------------------------
+
+#: The shipped workloads the ``workloads`` suite runs (``workloads/digits_<name>.onnx``).
+WORKLOADS = ("mlp", "cnn", "rescnn")
+
+#: The clock the warm-up figure converts host compile time at (issue 7's goal for the
+#: ULX3S build): the tile keeps running while the host compiles, so the compile costs
+#: no tile cycles; this says how many inferences' savings a host second is worth.
+CLOCK_HZ = 100e6
+
+
+def _workload(name):
+    from pathlib import Path
+    from ..workloads import digits
+    from .onnx_import import load_model
+    return load_model(str(Path(digits.__file__).with_name(f"digits_{name}.onnx")))
+
+
+def _row(name, policy, target, samples, totals, program, cfg):
+    """One result row from counter totals over ``samples`` inferences."""
+    array = cfg.rows * cfg.cols
+    n = max(samples, 1)
+    cycles = totals["active_cycles"] / n
+    macs = totals["macs"] / n
+    # compulsory traffic per inference: the input and output maps, and every weight
+    # and table once per run of ``lanes`` samples
+    words = program.input.words + program.output.words + program.constant_words
+    return {
+        "workload": name, "policy": policy, "target": target, "inferences": samples,
+        "cycles_per_inference": cycles,
+        "gmem_bytes_per_inference": (totals["dma_bytes_in"] + totals["dma_bytes_out"]) / n,
+        "macs_per_inference": macs,
+        "mac_utilization": totals["macs"] / (totals["active_cycles"] * array)
+        if totals["active_cycles"] else 0.0,
+        "roofline_cycles": max(macs / array, words / program.lanes),
+        "fusions": 0, "defusions": 0, "swap_idle_cycles": 0,
+    }
+
+
+def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target="?",
+                   cache=None, progress=None):
+    """Every shipped workload under ``none``, ``static`` and ``adaptive`` on ``dev``:
+    rows of the ``fusetile bench`` JSON (see docs/performance.md). ``adaptive``'s cycle
+    figures are its steady state: the runs on the plan it settled on."""
+    from ..kernels.compiler import compile_graph
+    from ..workloads.digits import load_split
+    from .adaptive import AdaptiveRunner
+    from .runner import infer, load_program
+
+    cfg = dev.config
+    if x_by_name is None:
+        x_test = load_split()[2][:samples]
+    results, done = [], 0
+    for name in names:
+        graph = _workload(name)
+        shape = tuple(graph.tensors[graph.input].shape)
+        x = graph.quantize_input(x_test.reshape((len(x_test),) + shape)) \
+            if x_by_name is None else x_by_name[name]
+        outputs = {}
+        for policy in ("none", "static"):
+            program = compile_graph(graph, cfg, policy=policy)
+            load_program(dev, program)
+            outputs[policy], stats = infer(dev, program, x)
+            totals = {c: getattr(stats, c) for c in ("active_cycles", "dma_bytes_in",
+                                                     "dma_bytes_out", "macs")}
+            row = _row(name, policy, target, len(x), totals, program, cfg)
+            row["output_mismatches"] = int(np.sum(np.any(
+                (outputs[policy] != outputs["none"]).reshape(len(x), -1), axis=1)))
+            row["warmup_inferences"] = 0
+            results.append(row)
+            done += 1
+            if progress:
+                progress(done)
+        runner = AdaptiveRunner(dev, graph, cache=cache)
+        y, stats = runner.run(x)
+        steady = stats.steady()
+        row = _row(name, "adaptive", target, steady["samples"], steady, runner.program, cfg)
+        row["inferences"] = len(x)
+        row.update(fusions=stats.fusions, defusions=stats.defusions,
+                   swap_idle_cycles=stats.swap_idle_cycles, jit_compiles=stats.jit_compiles,
+                   output_mismatches=int(np.sum(np.any(
+                       (y != outputs["none"]).reshape(len(x), -1), axis=1))),
+                   fusion_log=runner.engine.log,
+                   profiler_reads_per_inference=runner.profiler.reads_per_inference())
+        static = next(r for r in results if r["workload"] == name and r["policy"] == "static")
+        saved = static["cycles_per_inference"] - row["cycles_per_inference"]
+        first = sum(r["samples"] for r in stats.runs_log
+                    if r["plan"] < stats.runs_log[-1]["plan"])
+        row["warmup_inferences"] = (first + int(np.ceil(runner.compile_seconds * CLOCK_HZ /
+                                                        saved))) if saved > 0 else None
+        results.append(row)
+        done += 1
+        if progress:
+            progress(done)
+    return results

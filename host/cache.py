@@ -106,6 +106,7 @@ def _program_to_json(program):
         "partition": list(program.partition), "lanes": program.lanes,
         "calls": program.calls, "groups": [list(g) for g in program.groups],
         "tilings": {k: asdict(v) for k, v in program.tilings.items()},
+        "constant_words": program.constant_words,
     })
 
 
@@ -120,7 +121,7 @@ def _program_from_json(text, graph, config, gmem):
     return Program(config, graph, d["policy"], segments, gmem, _buffer(d["input"]),
                    _buffer(d["output"]), tuple(d["partition"]), d["lanes"], d["calls"],
                    {k: Tiling(**v) for k, v in d["tilings"].items()},
-                   [tuple(g) for g in d["groups"]])
+                   [tuple(g) for g in d["groups"]], d["constant_words"])
 
 
 class KernelCache:

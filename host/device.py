@@ -359,10 +359,12 @@ class Device:
                          slot=fields["slot"], part=fields["part"], plan_pc=int(pc.plan),
                          micro_pc=int(pc.micro), addr=addr)
 
-    def wait_done(self, timeout_cycles=100_000, *, poll_cycles=64):
+    def wait_done(self, timeout_cycles=100_000, *, poll_cycles=64, on_poll=None):
         """Wait until the running plan reaches DONE.
 
-        Polls ``STATUS`` and lets the tile run ``poll_cycles`` cycles between polls.
+        Polls ``STATUS`` and lets the tile run ``poll_cycles`` cycles between polls;
+        ``on_poll()`` is called at every poll while the plan runs (the profiler drains
+        the trace FIFO there).
 
         Returns
         -------
@@ -389,6 +391,8 @@ class Device:
                 raise TimeoutError(f"tile not done after {waited} cycles "
                                    f"(running={int(status.running)}, "
                                    f"plan pc {int(self.regs.PC.read().plan)})")
+            if on_poll is not None:
+                on_poll()
             step = min(poll_cycles, timeout_cycles - waited)
             self.transport.wait_cycles(step)
             waited += step

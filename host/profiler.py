@@ -4,7 +4,8 @@ tile's trace FIFO.
 The tile pushes one trace record per kernel call (slot, plan PC, cycles, busy cycles of
 the DMA engine, the MAC array and the vector unit, bytes in and out; see
 ``kernels/isa.py: TraceRecord``). After each plan run the profiler drains the FIFO in one
-burst, names the unit each record belongs to (``Segment.units[pc]``) and keeps the runs
+burst (and during a run with more calls than the FIFO holds, whenever a poll finds it
+half full), names the unit each record belongs to (``Segment.units[pc]``) and keeps the runs
 in a rolling window. From the window it builds, per unit, an :class:`UnitProfile`
 (cycles, unit busy, bytes per inference; compute- or memory-bound) and the order in
 which units ran (which units follow which, for the fusion engine).
@@ -63,8 +64,11 @@ class Profiler:
         than the FIFO holds); the profile then covers the calls that were kept.
     """
 
-    def __init__(self, window=64):
+    def __init__(self, window=64, *, every=8):
         self.runs = deque(maxlen=window)
+        self.every = every
+        self._polls = 0
+        self._pending = []
         self.register_reads = 0
         self.dropped = self._dropped_seen = 0
         self.samples = 0
@@ -72,13 +76,27 @@ class Profiler:
     def reset(self, dev):
         """Forget every run and drain records left from before."""
         self.runs.clear()
+        self._pending = []
         dev.read_trace()
         self._dropped_seen = dev.trace_dropped()     # the tile's count never clears
+
+    def poll(self, dev):
+        """Called while a run is under way (``Device.wait_done(on_poll=...)``): every
+        ``every``-th call, drain the FIFO if it is half full, so that a run with more
+        calls than the FIFO holds loses none."""
+        self._polls += 1
+        if self._polls % self.every:
+            return
+        before = dev.transport.words_read
+        if int(dev.regs.TRACE_STATUS.read().level) * 2 >= dev.config.trace_depth:
+            self._pending += dev.read_trace()
+        self.register_reads += dev.transport.words_read - before
 
     def collect(self, dev, segment, samples):
         """Drain the trace after a run of ``segment`` that inferred ``samples``."""
         before = dev.transport.words_read
-        records = dev.read_trace()
+        records = self._pending + dev.read_trace()
+        self._pending = []
         dropped = dev.trace_dropped()
         self.register_reads += dev.transport.words_read - before
         self.dropped += dropped - self._dropped_seen

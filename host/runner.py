@@ -88,7 +88,8 @@ def infer(dev, program, x, *, progress=None, profiler=None, timeout_cycles=50_00
             if len(program.segments) > 1:
                 _load_segment(dev, segment)
             dev.start()
-            dev.wait_done(timeout_cycles=timeout_cycles)
+            dev.wait_done(timeout_cycles=timeout_cycles,
+                          on_poll=profiler and (lambda: profiler.poll(dev)))
             runs += 1
             if profiler is not None:
                 profiler.collect(dev, segment, len(group))

@@ -163,6 +163,7 @@ class Program:
     calls: int = 0
     tilings: dict = None      # convolution-kernel op name -> Tiling
     groups: list = None       # the units, each a tuple of op names
+    constant_words: int = 0   # weights, biases and tables in the GMEM image
 
 
 # -- the convolution kernel -----------------------------------------------------------------
@@ -880,7 +881,8 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
     return Program(config, graph, policy, segments, bytes(gmem), c.buffers[graph.input],
                    c.buffers[alias.get(graph.output, graph.output)], (0, config.spad_words),
                    lanes, calls=len(c.calls), tilings=c.tilings,
-                   groups=[tuple(o.name for o in u.ops) for u in units])
+                   groups=[tuple(o.name for o in u.ops) for u in units],
+                   constant_words=sum(len(d) for _, d in c.const) // config.word_bytes)
 
 
 @dataclass

@@ -14,6 +14,11 @@ take -128..127 and are stored as two's complement. :mod:`fusetile.kernels.asm` i
 textual form of the same instructions.
 """
 
+import enum
+import functools
+
+from amaranth.lib import data
+
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, CmpOp, VectorCfg,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs,
                   VpoolArgs, VclampArgs, VcmpArgs, VargmaxArgs, VcfgArgs,
@@ -45,7 +50,7 @@ VCFG_RANGES = {
 
 
 def _width(layout, field):
-    return layout.as_shape()[field].width
+    return _fields(layout)[field][1]
 
 
 def _check_range(name, value, lo, hi):
@@ -84,13 +89,37 @@ def _check_enum(name, value, enum):
     raise ValueError(f"{name} must be a {enum.__name__} ({names}), not {value!r}")
 
 
+@functools.cache
+def _fields(shape):
+    """{field: (offset, width, shape)} of a layout (or a Struct/Union class)."""
+    layout = data.Layout.cast(shape)
+    return {name: (f.offset, f.width, f.shape) for name, f in layout}
+
+
+def _pack(shape, value):
+    """The bits of ``value`` (nested dicts of ints and enum members) in ``shape``: what
+    ``Layout.const(value).as_bits()`` gives, computed from the same layouts without
+    building Amaranth constants (which cost milliseconds per instruction, and the
+    runtime JIT-compiles kernels of hundreds)."""
+    if isinstance(value, dict):
+        bits = 0
+        fields = _fields(shape)
+        for name, v in value.items():
+            offset, width, sub = fields[name]
+            bits |= (_pack(sub, v) & ((1 << width) - 1)) << offset
+        return bits
+    if isinstance(value, enum.Enum):
+        return value.value
+    return int(value)
+
+
 # -- plan instructions -----------------------------------------------------------------
 
 def _plan(op, *, cond=0, sel=0, a=0, b=0):
-    return PlanInstr.const({
+    return _pack(PlanInstr, {
         "op": op, "cond": cond, "sel": _check_field("sel", sel, PlanInstr, "sel"),
         "a": _check_field("a", a, PlanInstr, "a"), "b": _check_field("b", b, PlanInstr, "b"),
-    }).as_bits()
+    })
 
 
 def nop():
@@ -150,7 +179,7 @@ def commit():
 # -- micro-instructions ----------------------------------------------------------------
 
 def _micro(op, args=None):
-    return MicroInstr.const({"op": op, "args": args or {"raw": 0}}).as_bits()
+    return _pack(MicroInstr, {"op": op, "args": args or {"raw": 0}})
 
 
 def micro_nop():

@@ -24,14 +24,14 @@ def cnn():
     return load_model(str(Path(digits.__file__).with_name("digits_cnn.onnx")))
 
 
-def _profile(target, graph, policy, n=16, config=TileConfig()):
+def _profile(target, graph, policy, n=16, config=TileConfig(), every=8):
     xs = np.random.default_rng(2).integers(-128, 128, (n,) + graph.tensors[
         graph.input].shape).astype(np.int8)
     with open_transport(target, config=config) as transport:
         dev = Device(transport)
         program = compile_graph(graph, config, policy=policy)
         load_program(dev, program)
-        profiler = Profiler()
+        profiler = Profiler(every=every)
         _, stats = infer(dev, program, xs, profiler=profiler)
         counters = dev.counters()
     return program, profiler, stats, counters
@@ -58,15 +58,28 @@ def test_profiles_add_up_to_the_counters(cnn, policy):
     expected = {(a, b) for a, b in zip(units, units[1:]) if a != b}
     assert set(profiler.successions()) == expected
     assert all(count == runs for count in profiler.successions().values())
-    # its own cost: per run one status read, the records, one dropped-count read
-    assert profiler.register_reads == runs * 2 + counters["kernel_calls"] * TRACE_WORDS
+    # its own cost: per run one status read, the records, one dropped-count read, and a
+    # FIFO-level read at every 8th poll while the run is under way
+    floor = runs * 2 + counters["kernel_calls"] * TRACE_WORDS
+    polls = counters["active_cycles"] // 64 + runs
+    assert floor <= profiler.register_reads <= floor + polls // 8 + 2 * runs
     bounds = {u: p.bound for u, p in profiler.profiles().items()}
     assert set(bounds.values()) <= {"compute", "memory"}
 
 
+def test_a_short_fifo_is_drained_while_the_plan_runs(cnn):
+    config = TileConfig(trace_depth=4)
+    program, profiler, stats, counters = _profile("model", cnn, "none", n=8, config=config,
+                                                  every=1)
+    assert counters["kernel_calls"] == program.calls > 4
+    assert profiler.dropped == 0
+    assert sum(p.calls for p in profiler.profiles().values()) == program.calls
+
+
 def test_a_full_fifo_is_counted(cnn):
     config = TileConfig(trace_depth=4)
-    program, profiler, stats, counters = _profile("model", cnn, "none", n=8, config=config)
+    program, profiler, stats, counters = _profile("model", cnn, "none", n=8, config=config,
+                                                  every=10**9)      # never drained mid-run
     assert counters["kernel_calls"] == program.calls > 4
     assert profiler.dropped == program.calls - 4
     assert sum(p.calls for p in profiler.profiles().values()) == 4
