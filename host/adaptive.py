@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from ..kernels.compiler import CompileError, Segment, compile_graph
+from ..kernels.compiler import CompileError, Segment, compile_graph, unit_groups
 from ..kernels.isa import PlanInstr, PlanOp
 from ..kernels.program import call
 from .fusion import FusionEngine
@@ -148,7 +148,7 @@ class AdaptiveRunner:
         return static_groups(self.graph, self.cfg)
 
     def _compile(self, groups, *, jit=True):
-        key = tuple(tuple(g) for g in groups)
+        key = tuple(unit_groups(self.graph, self.cfg, groups))
         if key in self._programs:
             return self._programs[key]
         program = self.cache.program(self.graph, self.cfg, key) if self.cache else None
@@ -207,10 +207,11 @@ class AdaptiveRunner:
                 self.pending = None
             dev.wait_done(timeout_cycles=timeout_cycles,
                           on_poll=lambda: self.profiler.poll(dev))
-            self.profiler.collect(dev, self.segment, len(group))
             now = {c: int(dev.counter(c)) for c in _PER_RUN}
             stats.runs_log.append({"samples": len(group), "plan": stats.swaps,
                                    **{c: now[c] - last[c] for c in _PER_RUN}})
+            self.profiler.collect(dev, self.segment, len(group),
+                                  cycles=stats.runs_log[-1]["active_cycles"])
             last = now
             stats.runs += 1
             raw = dev.read_window("GMEM", program.output.at * wb, program.output.words * wb)

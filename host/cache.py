@@ -201,7 +201,7 @@ class KernelCache:
     def record(self, graph, config, groups, profiler, engine):
         """Store the units' measured profiles and the grouping the runtime settled on."""
         profiles = profiler.profiles()
-        samples = sum(s for s, _ in profiler.runs)
+        samples = profiler.window_samples()
         if not profiles or not samples:
             return
         for group in groups:

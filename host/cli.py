@@ -56,7 +56,10 @@ class Output:
 
     def console(self):
         from rich.console import Console
-        return Console(file=self.stream, highlight=False, soft_wrap=True)
+        # 120 columns when not on a terminal (rich would assume 80 and squeeze tables)
+        tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        return Console(file=self.stream, highlight=False, soft_wrap=True,
+                       width=None if tty else 120)
 
     def result(self, data, *, human):
         """Emit ``data`` as JSON, or call ``human(console)`` to print it for people."""
@@ -257,8 +260,11 @@ def demo_command(args, out):
         help="write the dequantised float32 outputs, stacked on axis 0"),
     arg("--target", "-t", default="model",
         help=f"transport to the tile (known: {', '.join(transport_names())}; default: model)"),
-    arg("--policy", "-p", default="none", help="kernel fusion policy: none or static "
-        "(default: none)"),
+    arg("--policy", "-p", default="none", help="kernel fusion policy: none, static or "
+        "adaptive (default: none)"),
+    arg("--cache", metavar="PATH", default=None,
+        help="adaptive: the SQLite kernel cache (default: .fusetile/cache.sqlite; 'none' "
+             "for no cache)"),
     _CONFIG_ARG,
 ])
 def run_command(args, out):
@@ -270,8 +276,9 @@ def run_command(args, out):
     from .onnx_import import load_model
     from .runner import infer, load_program
 
-    if args.policy not in POLICIES:
-        raise CommandError(f"--policy must be one of {', '.join(POLICIES)}, not "
+    policies = POLICIES + ("adaptive",)
+    if args.policy not in policies:
+        raise CommandError(f"--policy must be one of {', '.join(policies)}, not "
                            f"{args.policy!r}")
     try:
         graph = load_model(args.model)
@@ -294,16 +301,25 @@ def run_command(args, out):
     config = _parse_config(args.config)
     with _open_target(args.target, config) as transport:
         device = Device(transport)
+        adaptive = None
         try:
-            program = compile_graph(graph, device.config, policy=args.policy)
+            if args.policy == "adaptive":
+                from .adaptive import AdaptiveRunner
+                adaptive = AdaptiveRunner(device, graph, cache=_open_cache(args.cache))
+                program = adaptive.program
+            else:
+                program = compile_graph(graph, device.config, policy=args.policy)
+                load_program(device, program)
         except GraphError as e:
             raise CommandError(f"{args.model}: {e}") from e
-        load_program(device, program)
         with Progress(transient=True, disable=out.json or len(x) <= 1,
                       console=out.console()) as bar:
             task = bar.add_task(f"{Path(args.model).name} on {args.target}", total=len(x))
-            yq, stats = infer(device, program, xq,
-                              progress=lambda n, total: bar.update(task, completed=n))
+            progress = lambda n, total: bar.update(task, completed=n)  # noqa: E731
+            if adaptive is not None:
+                yq, stats = adaptive.run(xq, progress=progress)
+            else:
+                yq, stats = infer(device, program, xq, progress=progress)
     y = graph.dequantize_output(yq)
     if args.output:
         try:
@@ -314,6 +330,12 @@ def run_command(args, out):
               "policy": args.policy, "profile_hash": device.config.profile_hash,
               "lanes": program.lanes, "segments": len(program.segments),
               **stats.per_inference()}
+    if adaptive is not None:
+        result.update(fusions=stats.fusions, defusions=stats.defusions,
+                      jit_compiles=stats.jit_compiles, swaps=stats.swaps,
+                      swap_idle_cycles=stats.swap_idle_cycles,
+                      units=["+".join(g) for g in adaptive.program.groups],
+                      fusion_log=adaptive.engine.log)
 
     def human(console):
         from rich.table import Table
@@ -333,20 +355,41 @@ def run_command(args, out):
 
 # -- bench --------------------------------------------------------------------------------
 
+def _open_cache(path):
+    """``--cache``: the kernel cache (a default path under .fusetile/, or none)."""
+    from .cache import KernelCache
+    if path is not None and path.lower() == "none":
+        return None
+    path = Path(path or Path(".fusetile") / "cache.sqlite")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass                                   # KernelCache reports what fails
+    return KernelCache(path)
+
+
 @command("bench", "run a benchmark; every number comes from the tile's counters", [
-    arg("--suite", default="isa", choices=["isa"],
-        help="isa: tiled matmuls of growing K, with and without double-buffering"),
+    arg("--suite", default="workloads", choices=["workloads", "isa"],
+        help="workloads: the shipped digits MLP, CNN and residual CNN under the none, "
+             "static and adaptive policies with their roofline (default); isa: tiled "
+             "matmuls of growing K, with and without double-buffering"),
     arg("--target", "-t", default="verilator",
         help=f"transport to the tile (known: {', '.join(transport_names())}; "
              f"default: verilator)"),
+    arg("--samples", type=int, default=256,
+        help="workloads: held-out digits per workload and policy (default: 256)"),
+    arg("--cache", metavar="PATH", default="none",
+        help="workloads: the adaptive policy's kernel cache (default: none, a cold start)"),
     _CONFIG_ARG,
 ])
 def bench_command(args, out):
+    config = _parse_config(args.config)
+    if args.suite == "workloads":
+        return _bench_workloads(args, out, config)
     from rich.progress import Progress
     from .device import Device
     from .bench import isa_suite, ISA_SIZES
 
-    config = _parse_config(args.config)
     with _open_target(args.target, config) as transport:
         device = Device(transport)
         with Progress(transient=True, disable=out.json, console=out.console()) as bar:
@@ -378,6 +421,51 @@ def bench_command(args, out):
 
     out.result(data, human=human)
     return 0 if all(r["correct"] for r in results) else 1
+
+
+def _bench_workloads(args, out, config):
+    from rich.progress import Progress
+    from .bench import WORKLOADS, workload_suite
+    from .device import Device
+
+    if args.samples < 1:
+        raise CommandError(f"--samples must be positive, not {args.samples}")
+    with _open_target(args.target, config) as transport:
+        device = Device(transport)
+        with Progress(transient=True, disable=out.json, console=out.console()) as bar:
+            task = bar.add_task(f"workloads on {args.target}", total=3 * len(WORKLOADS))
+            results = workload_suite(device, samples=args.samples, target=args.target,
+                                     cache=_open_cache(args.cache),
+                                     progress=lambda n: bar.update(task, completed=n))
+    cfg = device.config
+    data = {"suite": "workloads", "target": args.target,
+            "hardware": {"profile_hash": cfg.profile_hash, **cfg.as_dict()},
+            "results": results}
+
+    def human(console):
+        from rich.table import Table
+        table = Table(title=f"Cycles per inference on {args.target} ({cfg.rows}x{cfg.cols} "
+                            f"array; from the tile's counters, adaptive in steady state)")
+        for column in ("workload", "policy", "cycles", "GMEM bytes", "MAC util.",
+                       "roofline", "fusions", "defusions", "swap idle", "mismatches"):
+            table.add_column(column, justify="left" if column in ("workload", "policy")
+                             else "right")
+        for r in results:
+            table.add_row(r["workload"], r["policy"], f"{r['cycles_per_inference']:,.0f}",
+                          f"{r['gmem_bytes_per_inference']:,.0f}",
+                          f"{100 * r['mac_utilization']:.1f} %",
+                          f"{r['roofline_cycles']:,.0f}", str(r["fusions"]),
+                          str(r["defusions"]), str(r["swap_idle_cycles"]),
+                          str(r["output_mismatches"]))
+        console.print(table)
+        for r in results:
+            for entry in r.get("fusion_log", []):
+                console.print(f"{r['workload']}: run {entry['run']}: {entry['action']} "
+                              f"{entry['units']}" + (f" ({entry['reason']})"
+                                                     if "reason" in entry else ""))
+
+    out.result(data, human=human)
+    return 0 if all(r["output_mismatches"] == 0 for r in results) else 1
 
 
 # -- entry point ---------------------------------------------------------------------------

@@ -18,9 +18,12 @@ the tile, and scores it from the measured profiles of the two parts:
   ``overlap_weight``).
 
 The predicted saving (cycles per inference) over the parts' cycles is the score. The
-best candidate above ``threshold`` is merged; after the next window its measured gain
-is compared with the prediction, and the threshold adapts: raised when fusions pay
-less than predicted, lowered when they pay as predicted. A merged unit is split again
+best candidate above ``threshold`` is merged; in the first window after the swap its
+gain is measured (the runs' cycles per inference from the tile's counter before and
+after, which also counts what the merge saves between calls; the unit's own cycles
+from the trace when the runs did not record them) and compared with the prediction,
+and the threshold adapts: raised when fusions pay less than predicted, lowered when
+they pay as predicted. A merged unit is split again
 when it is slower than its parts were (as measured), when it ran in too few of the
 window's runs, or when a better candidate needs its kernel slot. A group that has been
 split ``max_refusions`` times is never merged again (no thrashing).
@@ -56,7 +59,8 @@ class _Fused:
     parts: tuple
     predicted: float
     before: float              # the parts' cycles per inference when it was merged
-    measured: float = None     # its gain, once measured
+    run_before: float = None   # the whole run's, from the counter, if known
+    measured: float = None     # its gain (cycles per inference), once measured
 
 
 @dataclass
@@ -118,7 +122,7 @@ class FusionEngine:
         profiles = profiler.profiles()
         runs = max(len(profiler.runs), 1)
         succ = profiler.successions()
-        n_samples = sum(s for s, _ in profiler.runs) or 1
+        n_samples = profiler.window_samples() or 1
         out = []
         for a, b in self.edges(program):
             group = a + b
@@ -155,28 +159,33 @@ class FusionEngine:
     def step(self, program, profiler, run):
         """Look at the window; return new groups (a merge or a split) or None."""
         profiles = profiler.profiles()
-        n_samples = sum(s for s, _ in profiler.runs) or 1
+        n_samples = profiler.window_samples() or 1
         runs = max(len(profiler.runs), 1)
         for name, p in profiles.items():
             self.known[name] = p
         per_inf = {name: p.cycles / n_samples for name, p in profiles.items()}
 
-        # Measure what the last merges gained; split what does not pay.
+        # Measure what the last merge gained (once, in the first window after it: the
+        # whole run's cycles when the runs recorded them, else the unit's own); split
+        # what does not pay, or stopped running.
+        run_cycles = profiler.cycles_per_inference()
         for group, f in list(self.fused.items()):
             name = "+".join(group)
-            if name not in profiles:
-                continue
-            f.measured = f.before - per_inf[name]
-            seen = sum(1 for _, calls in profiler.runs if any(u == name for u, _ in calls))
             reason = None
-            if f.measured <= 0:
-                reason = f"slower than its parts ({per_inf[name]:.0f} vs {f.before:.0f} cycles)"
-            elif seen / runs < self.rare:
+            if f.measured is None and name in profiles:
+                if f.run_before is not None and run_cycles is not None:
+                    f.measured, now, then = f.run_before - run_cycles, run_cycles, f.run_before
+                else:
+                    f.measured, now, then = f.before - per_inf[name], per_inf[name], f.before
+                if f.measured <= 0:
+                    reason = f"slower than its parts ({now:.0f} vs {then:.0f} cycles)"
+                if f.predicted > 0:
+                    ratio = f.measured / f.predicted
+                    self.threshold = max(self.min_threshold, self.threshold * (
+                        1.5 if ratio <= 0 else 1.2 if ratio < 0.5 else 0.9))
+            seen = sum(1 for r in profiler.runs if any(u == name for u, _ in r.calls))
+            if reason is None and seen / runs < self.rare:
                 reason = f"ran in {seen} of {runs} runs"
-            if f.predicted > 0:
-                ratio = f.measured / f.predicted
-                self.threshold = max(self.min_threshold, self.threshold * (
-                    1.5 if ratio <= 0 else 1.2 if ratio < 0.5 else 0.9))
             if reason:
                 return self._split(group, reason, run)
 
@@ -198,7 +207,7 @@ class FusionEngine:
             self.refusions[best.group] = self.max_refusions      # never feasible
             return None
         before = sum(per_inf["+".join(p)] for p in best.parts)
-        self.fused[best.group] = _Fused(best.parts, best.predicted, before)
+        self.fused[best.group] = _Fused(best.parts, best.predicted, before, run_cycles)
         self.log.append({"run": run, "action": "fuse", "units": "+".join(best.group),
                          "kind": best.kind, "score": round(best.score, 4),
                          "predicted_cycles_saved": round(best.predicted, 1),

@@ -18,10 +18,19 @@ from collections import Counter, deque
 from dataclasses import dataclass, fields
 
 
-__all__ = ["UnitProfile", "Profiler"]
+__all__ = ["UnitProfile", "Run", "Profiler"]
 
 
 _SUMMED = ("calls", "cycles", "dma_busy", "mac_busy", "vec_busy", "bytes_in", "bytes_out")
+
+
+@dataclass
+class Run:
+    """One plan run: the samples it inferred, its calls as (unit, record fields), and
+    its active cycles from the tile's counter (None when not read)."""
+    samples: int
+    calls: list
+    cycles: int = None
 
 
 @dataclass
@@ -92,8 +101,9 @@ class Profiler:
             self._pending += dev.read_trace()
         self.register_reads += dev.transport.words_read - before
 
-    def collect(self, dev, segment, samples):
-        """Drain the trace after a run of ``segment`` that inferred ``samples``."""
+    def collect(self, dev, segment, samples, cycles=None):
+        """Drain the trace after a run of ``segment`` that inferred ``samples`` (in
+        ``cycles`` active cycles, if the caller read them)."""
         before = dev.transport.words_read
         records = self._pending + dev.read_trace()
         self._pending = []
@@ -108,17 +118,17 @@ class Profiler:
             unit = segment.units[pc] if pc < len(segment.units) else None
             calls.append((unit, {name: int(getattr(r, name)) for name in _SUMMED
                                  if name != "calls"}))
-        self.runs.append((samples, calls))
+        self.runs.append(Run(samples, calls, cycles))
 
     def profiles(self):
         """{unit: :class:`UnitProfile`} over the window, in the order units ran."""
         out = {}
-        for samples, calls in self.runs:
+        for run in self.runs:
             seen = set()
-            for unit, values in calls:
+            for unit, values in run.calls:
                 p = out.setdefault(unit, UnitProfile(unit))
                 if unit not in seen:
-                    p.samples += samples
+                    p.samples += run.samples
                     seen.add(unit)
                 p.calls += 1
                 for name, value in values.items():
@@ -129,10 +139,19 @@ class Profiler:
         """Counter of (unit, the unit that ran next) over the window's runs: how often
         each pair ran back to back."""
         pairs = Counter()
-        for _, calls in self.runs:
-            units = [u for u, _ in calls]
+        for run in self.runs:
+            units = [u for u, _ in run.calls]
             pairs.update((a, b) for a, b in zip(units, units[1:]) if a != b)
         return pairs
+
+    def window_samples(self):
+        return sum(run.samples for run in self.runs)
+
+    def cycles_per_inference(self):
+        """Active cycles per inference over the window's runs, from the counter
+        (None if the runs did not record them)."""
+        runs = [r for r in self.runs if r.cycles is not None]
+        return sum(r.cycles for r in runs) / sum(r.samples for r in runs) if runs else None
 
     def reads_per_inference(self):
         return self.register_reads / max(self.samples, 1)

@@ -988,6 +988,13 @@ def fusion_kind(graph, config, group):
                 if members & {op.name for op in u.ops})
 
 
+def unit_groups(graph, config, groups):
+    """``groups`` completed to every unit of the graph, in order (ops not named are
+    units of their own; Flatten is no unit): the form ``Program.groups`` has."""
+    view = _GraphView(graph, _Compiler(graph, config, "none", 1))
+    return [tuple(op.name for op in u.ops) for u in view.units(groups)]
+
+
 def static_groups(graph, config):
     """The ``static`` policy's fixed rule set (like TVM's FuseOps): a convolution whose
     only consumer is an unpadded max-pool is fused with it, when they fit one kernel.

@@ -1,0 +1,230 @@
+"""The adaptive runtime: it merges units the static rules do not, while the tile runs,
+with no lost, repeated or changed output; it splits a merge that does not pay and does
+not thrash; the kernel cache warm-starts a second run and never serves another tile."""
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from fusetile.host import open_transport
+from fusetile.host.adaptive import AdaptiveRunner, SlotTable
+from fusetile.host.bench import _workload, workload_suite
+from fusetile.host.cache import KernelCache
+from fusetile.host.device import Device
+from fusetile.host.fusion import FusionEngine
+from fusetile.host.profiler import Profiler, Run
+from fusetile.kernels.compiler import CompileError, compile_graph, static_groups
+from fusetile.kernels.config import TileConfig
+from fusetile.kernels.graph import run_reference
+
+from conftest import require_simulator
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return _workload("cnn")
+
+
+def _samples(graph, n, seed=3):
+    rng = np.random.default_rng(seed)
+    return rng.integers(-128, 128, (n,) + tuple(graph.tensors[graph.input].shape)).astype(
+        np.int8)
+
+
+def _adaptive(graph, xs, target="model", config=TileConfig(), **kwargs):
+    with open_transport(target, config=config) as transport:
+        runner = AdaptiveRunner(Device(transport), graph, **kwargs)
+        y, stats = runner.run(xs)
+    return runner, y, stats
+
+
+def test_adaptive_beats_static_beats_none_on_every_workload():
+    results = workload_suite(Device(open_transport("model")), samples=128, target="model")
+    by = {(r["workload"], r["policy"]): r for r in results}
+    for name in ("mlp", "cnn", "rescnn"):
+        none, static, adaptive = (by[name, p] for p in ("none", "static", "adaptive"))
+        assert adaptive["cycles_per_inference"] < static["cycles_per_inference"] <= \
+            none["cycles_per_inference"]
+        assert adaptive["fusions"] >= 1 and adaptive["swap_idle_cycles"] == 0
+        assert all(by[name, p]["output_mismatches"] == 0 for p in ("static", "adaptive"))
+        assert adaptive["roofline_cycles"] < adaptive["cycles_per_inference"]
+    # the MLP has nothing the static rules fuse; adaptive merges its two layers
+    assert by["mlp", "static"]["cycles_per_inference"] == by["mlp", "none"]["cycles_per_inference"]
+
+
+def test_swap_while_running_loses_no_sample(cnn):
+    xs = _samples(cnn, 8 * 12 + 3)                     # the last run carries 3 samples
+    runner, y, stats = _adaptive(cnn, xs)
+    assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
+    assert stats.swaps == 1 and stats.fusions == 1 and stats.jit_compiles == 1
+    plans = [r["plan"] for r in stats.runs_log]
+    assert plans == sorted(plans) and plans[0] == 0 and plans[-1] == 1
+    assert sum(r["samples"] for r in stats.runs_log) == len(xs)
+    cycles = {p: {r["active_cycles"] for r in stats.runs_log[:-1] if r["plan"] == p}
+              for p in (0, 1)}
+    # every run on a plan took the same cycles, the one the swap happened in included
+    assert len(cycles[0]) == 1 and len(cycles[1]) == 1
+    assert cycles[1].pop() < cycles[0].pop()
+    assert runner.program.groups[-1] == ("conv2", "pool2", "fc")
+
+
+def test_slots_of_the_running_plan_are_never_overwritten(cnn):
+    table = SlotTable(4)
+    static = compile_graph(cnn, TileConfig(), policy="static", stable_layout=True)
+    fused = compile_graph(cnn, TileConfig(), groups=[("conv1", "pool1"),
+                                                     ("conv2", "pool2", "fc")],
+                          stable_layout=True)
+    first, loads = table.place(static.segments[0])
+    table.commit(loads)
+    busy = set(first.kernels)
+    second, loads = table.place(fused.segments[0], busy)
+    assert not set(loads) & busy                       # new kernels into free slots only
+    assert first.kernels[0] == second.kernels[0]       # conv1+pool1 is reused, not reloaded
+    table.commit(loads)
+    with pytest.raises(CompileError, match="kernel slots"):
+        SlotTable(3).place(fused.segments[0], busy={0, 1})
+
+
+def test_warm_start_from_the_cache(cnn, tmp_path):
+    xs = _samples(cnn, 8 * 10)
+    cache = KernelCache(tmp_path / "cache.sqlite")
+    _, y1, first = _adaptive(cnn, xs, cache=cache)
+    assert first.jit_compiles >= 1
+    cache.close()
+    cache = KernelCache(tmp_path / "cache.sqlite")           # a second process, say
+    runner, y2, second = _adaptive(cnn, xs, cache=cache)
+    assert second.jit_compiles == 0 and cache.hits >= 1
+    assert runner.program.groups[-1] == ("conv2", "pool2", "fc")   # starts adapted
+    assert np.array_equal(y1, y2)
+    # already adapted from the first run on: every run is as fast as the first run's best
+    assert max(r["active_cycles"] for r in second.runs_log) == \
+        min(r["active_cycles"] for r in first.runs_log)
+
+
+def test_another_hardware_profile_gets_no_stale_hit(cnn, tmp_path):
+    xs = _samples(cnn, 8 * 6)
+    cache = KernelCache(tmp_path / "cache.sqlite")
+    _adaptive(cnn, xs, cache=cache)
+    other = TileConfig(kernel_slots=6)
+    assert other.profile_hash != TileConfig().profile_hash
+    assert cache.best_groups(cnn, other) is None
+    runner, y, stats = _adaptive(cnn, xs, config=other, cache=cache)
+    assert cache.hits == 0 and stats.jit_compiles >= 1      # compiled anew for this tile
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "locked"])
+def test_a_bad_cache_is_reported_and_the_run_goes_on(cnn, tmp_path, damage):
+    path = tmp_path / "cache.sqlite"
+    holder = None
+    if damage == "corrupt":
+        path.write_bytes(b"this is not an SQLite database" * 100)
+    else:
+        KernelCache(path).close()
+        holder = sqlite3.connect(path)
+        holder.execute("BEGIN EXCLUSIVE")               # another process holds the lock
+    xs = _samples(cnn, 8 * 6)
+    with pytest.warns(RuntimeWarning, match="running without it"):
+        cache = KernelCache(path)
+        runner, y, stats = _adaptive(cnn, xs, cache=cache)
+    assert not cache.enabled and "cache.sqlite" in cache.error
+    assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
+    assert stats.fusions == 1
+    if holder is not None:
+        holder.rollback()
+        holder.close()
+
+
+# -- the engine's decisions on measured profiles ------------------------------------------
+
+def _record(cycles, calls=1, dma=0, mac=0, bytes_out=0):
+    return {"cycles": cycles, "dma_busy": dma, "mac_busy": mac, "vec_busy": 0,
+            "bytes_in": 0, "bytes_out": bytes_out}
+
+
+def _window(profiler, units, runs=8, samples=8):
+    """Synthetic runs: ``units`` = [(name, record), ...] in call order."""
+    profiler.runs.clear()
+    for _ in range(runs):
+        profiler.runs.append(Run(samples, list(units)))
+
+
+def test_a_merge_that_does_not_pay_is_split_and_not_retried(cnn):
+    config = TileConfig()
+    groups = [tuple(g) for g in compile_graph(cnn, config, policy="static").groups]
+    compiled = lambda g: compile_graph(cnn, config, groups=g)         # noqa: E731
+    engine = FusionEngine(cnn, config, groups, compiled, max_refusions=2)
+    profiler = Profiler()
+    parts = [("conv1+pool1", _record(4000, 4, dma=800, mac=1000, bytes_out=512)),
+             ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
+             ("fc", _record(400, 1, dma=200, mac=100))]
+    for attempt in range(2):
+        _window(profiler, parts)
+        program = compiled(engine.groups)
+        new = engine.step(program, profiler, run=10 * attempt)
+        assert new is not None and ("conv2", "pool2", "fc") in new
+        assert engine.log[-1]["action"] == "fuse"
+        # measured: the merged unit is slower than its parts were (5,400 cycles)
+        _window(profiler, [parts[0], ("conv2+pool2+fc", _record(6000, 1, mac=2600))])
+        split = engine.step(compiled(engine.groups), profiler, run=10 * attempt + 5)
+        assert split == groups and engine.log[-1]["action"] == "defuse"
+        assert "slower than its parts" in engine.log[-1]["reason"]
+    # split twice: never merged again (no thrashing)
+    _window(profiler, parts)
+    assert engine.step(compiled(engine.groups), profiler, run=30) is None
+    assert [e["action"] for e in engine.log] == ["fuse", "defuse", "fuse", "defuse"]
+
+
+@pytest.mark.parametrize("paid, direction", [(0.25, "up"), (2.0, "down")])
+def test_the_threshold_adapts_to_measured_gains(cnn, paid, direction):
+    """A merge that pays less than half its prediction raises the threshold; one that
+    pays as predicted lowers it."""
+    config = TileConfig()
+    groups = [tuple(g) for g in static_groups(cnn, config)] + [("fc",)]
+    compiled = lambda g: compile_graph(cnn, config, groups=g)         # noqa: E731
+    engine = FusionEngine(cnn, config, groups, compiled, threshold=0.01)
+    profiler = Profiler()
+    parts = [("conv1+pool1", _record(4000, 4, dma=800, mac=1000, bytes_out=512)),
+             ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
+             ("fc", _record(400, 1, dma=200, mac=100))]
+    _window(profiler, parts)
+    assert engine.step(compiled(engine.groups), profiler, run=0) is not None
+    predicted = engine.log[-1]["predicted_cycles_saved"] * 8          # per run of 8
+    _window(profiler, [parts[0], ("conv2+pool2+fc", _record(5400 - paid * predicted, 1))])
+    assert engine.step(compiled(engine.groups), profiler, run=5) is None   # it pays: kept
+    assert engine.fused[("conv2", "pool2", "fc")].measured > 0
+    assert (engine.threshold > 0.01) if direction == "up" else (engine.threshold < 0.01)
+
+
+def test_a_rare_merged_unit_is_split(cnn):
+    config = TileConfig()
+    compiled = lambda g: compile_graph(cnn, config, groups=g)         # noqa: E731
+    engine = FusionEngine(cnn, config, compiled(static_groups(cnn, config)).groups,
+                          compiled, rare=0.5)
+    profiler = Profiler()
+    parts = [("conv1+pool1", _record(4000, 4, dma=800, mac=1000, bytes_out=512)),
+             ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
+             ("fc", _record(400, 1, dma=200, mac=100))]
+    _window(profiler, parts)
+    engine.step(compiled(engine.groups), profiler, run=0)
+    # the stream changes: the merged unit now runs in 2 of 8 runs (and pays when it does)
+    profiler.runs.clear()
+    for i in range(8):
+        calls = [parts[0]] + ([("conv2+pool2+fc", _record(5000, 1))] if i < 2 else [])
+        profiler.runs.append(Run(8, calls))
+    assert engine.step(compiled(engine.groups), profiler, run=5) is not None
+    assert engine.log[-1]["action"] == "defuse" and "ran in 2 of 8" in engine.log[-1]["reason"]
+
+
+@pytest.mark.cocotb
+def test_adaptive_on_verilator_matches_the_model(cnn):
+    """Kernels and plan loaded while the RTL runs; the swap at DONE; outputs and the
+    cycles of the adapted plan from the RTL's counters."""
+    require_simulator("verilator")
+    xs = _samples(cnn, 8 * 10)
+    _, y_model, _ = _adaptive(cnn, xs)
+    runner, y_rtl, stats = _adaptive(cnn, xs, target="verilator")
+    assert np.array_equal(y_rtl, y_model)
+    assert stats.swaps == 1 and stats.swap_idle_cycles == 0
+    runs = stats.runs_log
+    assert runs[-1]["active_cycles"] < runs[0]["active_cycles"]
