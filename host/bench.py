@@ -122,7 +122,8 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
                    cache=None, progress=None):
     """Every shipped workload under ``none``, ``static`` and ``adaptive`` on ``dev``:
     rows of the ``fusetile bench`` JSON (see docs/performance.md). ``adaptive``'s cycle
-    figures are its steady state: the runs on the plan it settled on."""
+    figures are its steady state: the runs on the plan it settled on, and its row
+    carries the trace of its last run (``trace``, for ``fusetile report``)."""
     from ..kernels.compiler import compile_graph
     from ..workloads.digits import load_split
     from .adaptive import AdaptiveRunner
@@ -153,7 +154,7 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
             if progress:
                 progress(done)
         runner = AdaptiveRunner(dev, graph, cache=cache)
-        y, stats = runner.run(x)
+        y, stats = runner.run(x, progress=progress and (lambda n, total: progress(done)))
         steady = stats.steady()
         row = _row(name, "adaptive", target, steady["samples"], steady, runner.program, cfg)
         row["inferences"] = len(x)
@@ -161,7 +162,7 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
                    swap_idle_cycles=stats.swap_idle_cycles, jit_compiles=stats.jit_compiles,
                    output_mismatches=int(np.sum(np.any(
                        (y != outputs["none"]).reshape(len(x), -1), axis=1))),
-                   fusion_log=runner.engine.log,
+                   fusion_log=runner.engine.log, trace=runner.profiler.last_trace,
                    profiler_reads_per_inference=runner.profiler.reads_per_inference())
         static = next(r for r in results if r["workload"] == name and r["policy"] == "static")
         saved = static["cycles_per_inference"] - row["cycles_per_inference"]

@@ -203,13 +203,21 @@ def info_command(args, out):
 
 # -- demo ---------------------------------------------------------------------------------
 
-@command("demo", "run the spine demo (a DMA plan) and print the tile's counters", [
+@command("demo", "the product demo: the digits CNN streaming through the tile, adapting "
+         "while it runs, beside the none and static policies and the roofline; "
+         "--dma: the spine demo (a DMA plan and the tile's counters)", [
     arg("--target", "-t", default="amaranth",
         help=f"transport to the tile (known: {', '.join(transport_names())}; default: amaranth)"),
-    arg("--inferences", "-n", type=int, default=4, help="plan runs (default: 4)"),
+    arg("--workload", default="cnn", help="digits: mlp, cnn or rescnn (default: cnn)"),
+    arg("--samples", type=int, default=128, help="digits streamed per policy (default: 128)"),
+    arg("--out", default="build/report", help="where the plots go (default: build/report)"),
+    arg("--dma", action="store_true", help="the spine demo instead"),
+    arg("--inferences", "-n", type=int, default=4, help="--dma: plan runs (default: 4)"),
     _CONFIG_ARG,
 ])
 def demo_command(args, out):
+    if not args.dma:
+        return _digits_demo(args, out)
     from rich.progress import Progress
     from .device import Device
     from .demo import run_dma_demo
@@ -247,6 +255,57 @@ def demo_command(args, out):
 
     out.result(result, human=human)
     return 0 if result["correct"] else 1
+
+
+def _digits_demo(args, out):
+    from rich.progress import Progress
+    from .bench import WORKLOADS, workload_suite
+    from .device import Device
+    from .report import write_report
+
+    if args.workload not in WORKLOADS:
+        raise CommandError(f"--workload must be one of {', '.join(WORKLOADS)}, not "
+                           f"{args.workload!r}")
+    if args.samples < 1:
+        raise CommandError(f"--samples must be positive, not {args.samples}")
+    config = _parse_config(args.config)
+    with _open_target(args.target, config) as transport:
+        device = Device(transport)
+        with Progress(transient=True, disable=out.json, console=out.console()) as bar:
+            task = bar.add_task(f"digits {args.workload}: none, static, adaptive on "
+                                f"{args.target}", total=3)
+            results = workload_suite(device, names=[args.workload], samples=args.samples,
+                                     target=args.target,
+                                     progress=lambda n: bar.update(task, completed=n))
+    cfg = device.config
+    paths = write_report(args.out, results, cfg, target=args.target)
+    data = {"target": args.target, "workload": args.workload,
+            "hardware": {"profile_hash": cfg.profile_hash, **cfg.as_dict()},
+            "results": results, "report": {k: str(v) for k, v in paths.items()}}
+
+    def human(console):
+        from rich.table import Table
+        table = Table(title=f"digits {args.workload}: {args.samples} held-out digits on "
+                            f"{args.target} (from the tile's counters)")
+        for column in ("policy", "cycles / inference", "GMEM bytes / inference",
+                       "MAC utilisation", "fusions", "outputs vs none"):
+            table.add_column(column, justify="left" if column == "policy" else "right")
+        for r in results:
+            table.add_row(r["policy"], f"{r['cycles_per_inference']:,.0f}",
+                          f"{r['gmem_bytes_per_inference']:,.0f}",
+                          f"{100 * r['mac_utilization']:.1f} %", str(r["fusions"]),
+                          "identical" if r["output_mismatches"] == 0 else
+                          f"[red]{r['output_mismatches']} differ[/red]")
+        table.add_row("roofline", f"{results[0]['roofline_cycles']:,.0f}", "", "100.0 %",
+                      "", "")
+        console.print(table)
+        for e in results[-1].get("fusion_log", []):
+            console.print(f"run {e['run']}: {e['action']} {e['units']}"
+                          + (f" ({e['reason']})" if "reason" in e else ""))
+        console.print("plots and report: " + ", ".join(str(p) for p in paths.values()))
+
+    out.result(data, human=human)
+    return 0 if all(r["output_mismatches"] == 0 for r in results) else 1
 
 
 # -- run --------------------------------------------------------------------------------
@@ -466,6 +525,42 @@ def _bench_workloads(args, out, config):
 
     out.result(data, human=human)
     return 0 if all(r["output_mismatches"] == 0 for r in results) else 1
+
+
+@command("report", "plots of a workloads benchmark: a timeline of one run per workload, "
+         "the roofline, the fusion decision log (PNG and HTML)", [
+    arg("bench", nargs="?", metavar="BENCH.json",
+        help="the output of 'fusetile bench --json' (default: run the workloads suite now)"),
+    arg("--target", "-t", default="model",
+        help="without BENCH.json: where to run the suite (default: model)"),
+    arg("--samples", type=int, default=128,
+        help="without BENCH.json: digits per workload and policy (default: 128)"),
+    arg("--out", default="build/report", help="output directory (default: build/report)"),
+    _CONFIG_ARG,
+])
+def report_command(args, out):
+    from .report import write_report
+    if args.bench:
+        try:
+            data = json.loads(Path(args.bench).read_text())
+            results, hardware = data["results"], data["hardware"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CommandError(f"{args.bench} is not the JSON of 'fusetile bench "
+                               f"--suite workloads': {e}") from e
+        config = TileConfig.from_dict({k: v for k, v in hardware.items()
+                                       if k != "profile_hash"})
+        target = data.get("target", "?")
+    else:
+        from .bench import workload_suite
+        from .device import Device
+        with _open_target(args.target, _parse_config(args.config)) as transport:
+            device = Device(transport)
+            results = workload_suite(device, samples=args.samples, target=args.target)
+            config, target = device.config, args.target
+    paths = write_report(args.out, results, config, target=target)
+    out.result({k: str(v) for k, v in paths.items()},
+               human=lambda console: console.print(
+                   "written: " + ", ".join(str(p) for p in paths.values())))
 
 
 # -- entry point ---------------------------------------------------------------------------

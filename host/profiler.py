@@ -81,6 +81,7 @@ class Profiler:
         self.register_reads = 0
         self.dropped = self._dropped_seen = 0
         self.samples = 0
+        self.last_trace = []        # the last run's records, with unit names and starts
 
     def reset(self, dev):
         """Forget every run and drain records left from before."""
@@ -113,11 +114,14 @@ class Profiler:
         self._dropped_seen = dropped
         self.samples += samples
         calls = []
+        self.last_trace = []
         for r in records:
             pc = int(r.pc)
             unit = segment.units[pc] if pc < len(segment.units) else None
-            calls.append((unit, {name: int(getattr(r, name)) for name in _SUMMED
-                                 if name != "calls"}))
+            values = {name: int(getattr(r, name)) for name in _SUMMED if name != "calls"}
+            calls.append((unit, values))
+            self.last_trace.append({"unit": unit, "slot": int(r.slot), "pc": pc,
+                                    "start": int(r.start), **values})
         self.runs.append(Run(samples, calls, cycles))
 
     def profiles(self):

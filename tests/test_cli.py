@@ -138,3 +138,70 @@ def test_info_on_real_tile(capsys):
     assert main(["info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["target"] == "amaranth" and data["config"] == TileConfig().as_dict()
+
+
+# -- the adaptive runtime's commands (model target: quick) ---------------------------------
+
+def _json(capsys, argv):
+    capsys.readouterr()
+    status = main(argv + ["--json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def test_bench_workloads_json(capsys):
+    status, data = _json(capsys, ["bench", "--target", "model", "--samples", "48"])
+    assert status == 0 and data["suite"] == "workloads"
+    assert data["hardware"]["profile_hash"] == TileConfig().profile_hash
+    rows = {(r["workload"], r["policy"]): r for r in data["results"]}
+    assert set(rows) == {(w, p) for w in ("mlp", "cnn", "rescnn")
+                         for p in ("none", "static", "adaptive")}
+    for r in data["results"]:
+        for key in ("inferences", "cycles_per_inference", "gmem_bytes_per_inference",
+                    "mac_utilization", "roofline_cycles", "fusions", "defusions",
+                    "swap_idle_cycles", "output_mismatches", "warmup_inferences"):
+            assert key in r, key
+        assert r["output_mismatches"] == 0 and r["target"] == "model"
+    assert rows["cnn", "adaptive"]["fusions"] == 1
+
+
+def test_report_from_a_bench_json(tmp_path, capsys):
+    status, data = _json(capsys, ["bench", "--target", "model", "--samples", "48"])
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(data))
+    status, paths = _json(capsys, ["report", str(bench), "--out", str(tmp_path / "r")])
+    assert status == 0
+    for name in ("roofline", "html", "timeline-cnn", "timeline-mlp"):
+        path = Path(paths[name])
+        assert path.stat().st_size > 1000, name
+    page = Path(paths["html"]).read_text()
+    assert "fuse</b> conv2+pool2+fc" in page and "timeline-cnn.png" in page
+
+
+def test_report_rejects_other_json(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"suite": "isa"}')
+    assert main(["report", str(bad), "--out", str(tmp_path)]) == 1
+    assert "is not the JSON of 'fusetile bench" in capsys.readouterr().err
+
+
+def test_demo_digits_on_the_model(tmp_path, capsys):
+    status, data = _json(capsys, ["demo", "--target", "model", "--samples", "48",
+                                  "--out", str(tmp_path / "r")])
+    assert status == 0 and data["workload"] == "cnn"
+    assert [r["policy"] for r in data["results"]] == ["none", "static", "adaptive"]
+    assert Path(data["report"]["timeline-cnn"]).exists()
+
+
+def test_run_adaptive_with_a_cache(tmp_path, capsys):
+    import numpy as np
+    from fusetile.workloads.digits import load_split
+    x = tmp_path / "x.npy"
+    np.save(x, load_split()[2][:64])
+    argv = ["run", str(Path(__file__).parents[1] / "workloads" / "digits_mlp.onnx"),
+            "--input", str(x), "--target", "model", "--policy", "adaptive",
+            "--cache", str(tmp_path / "c.sqlite")]
+    status, first = _json(capsys, argv)
+    assert status == 0 and first["fusions"] == 1 and first["units"] == ["fc1+fc2"]
+    status, second = _json(capsys, argv)
+    assert second["jit_compiles"] == 0 and second["fusions"] == 0
+    assert second["units"] == ["fc1+fc2"]
