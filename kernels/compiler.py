@@ -742,22 +742,70 @@ class _Compiler:
             for ow0 in range(0, OW, P):
                 self.emit(body, xb.word(oh * sh - pt, ow0 * sw - pl), yb.word(oh, ow0))
 
-    def add(self, op):
+    def add_cfg(self, op):
         T = self.T
-        cfgs = self.vector_cfg(T[op.y].zero_point, op.lo, op.hi, mult_a=op.mult_a,
+        return self.vector_cfg(T[op.y].zero_point, op.lo, op.hi, mult_a=op.mult_a,
                                mult_b=op.mult_b, shift=op.shift, zp_a=T[op.a].zero_point,
                                zp_b=T[op.b].zero_point)
+
+    def add(self, op):
+        cfgs = self.add_cfg(op)
         self.elementwise(op, 2, lambda s, out, n: cfgs + [vadd(a=s[0], b=s[1], out=out, n=n)])
+
+    def add_pool_layout(self, add, pool):
+        """Scratchpad words of an Add fused with the unpadded max-pool after it, or the
+        reason it does not fit."""
+        C, H, W = self.map_shape(add.y)
+        _, PH, PW = self.map_shape(pool.y)
+        pkh, pkw = pool.kernel
+        n = W * C
+        if max(pkh, pkw) > _MAX_WINDOW or n > _MAX_COLS or PW * C > _MAX_COLS:
+            return None, "rows or windows beyond the DMA and VPOOL fields"
+        words = 3 * pkh * n + n + PW * C
+        insns = 3 + 8 + pkh + 1 + PW + 4
+        if words > self.cfg.spad_words:
+            return None, f"needs {words} scratchpad words, the tile has {self.cfg.spad_words}"
+        if insns > self.cfg.slot_depth:
+            return None, f"needs {insns} micro-instructions, a slot holds {self.cfg.slot_depth}"
+        return words, None
+
+    def add_pool(self, add, pool):
+        """Add + max-pool, per pooled row: the window rows of both inputs (the two maps
+        have the same row pitch, so one lies at a fixed distance from the other; the
+        compiler makes it so), VADD row by row, pool, store the pooled row: the sum
+        never reaches GMEM."""
+        a, b = self.buffers[add.a], self.buffers[add.b]
+        yb = self.buffers[pool.y]
+        C, H, W = self.map_shape(add.y)
+        _, PH, PW = self.map_shape(pool.y)
+        pkh, pkw = pool.kernel
+        psh, psw = pool.stride
+        n = W * C
+        base = min(a.word(0, 0), b.word(0, 0))
+        A, B, S = 0, pkh * n, 2 * pkh * n
+        tmp, out = 3 * pkh * n, 3 * pkh * n + n
+        body = [dma_load(gmem=a.word(0, 0) - base, spad=A, rows=pkh, cols=n,
+                         gmem_stride=a.Wp * C, spad_stride=n, base=GmemBase.ARG0),
+                dma_load(gmem=b.word(0, 0) - base, spad=B, rows=pkh, cols=n,
+                         gmem_stride=b.Wp * C, spad_stride=n, base=GmemBase.ARG0),
+                wait()] + self.add_cfg(add)
+        body += [vadd(a=A + r * n, b=B + r * n, out=S + r * n, n=n) for r in range(pkh)]
+        body += self.pool_rows(S, W, C, pkh, pkw, psw, PW, tmp, out)
+        body += [_DRAIN, dma_store(gmem=0, spad=out, cols=PW * C, base=GmemBase.ARG1), wait(),
+                 ret()]
+        for ph in range(PH):
+            h = ph * psh
+            self.emit(body, min(a.word(h, 0), b.word(h, 0)), yb.word(ph, 0))
 
     def clamp(self, op):
         self.elementwise(op, 1, lambda s, out, n: [vclamp(src=s[0], out=out, n=n, lo=op.lo,
                                                           hi=op.hi)])
 
     def elementwise(self, op, n_in, make):
-        """Row by row: inputs relative to ARG0 (and ARG1); the output relative to ARG1
-        for one input, and for two at a fixed distance from the first input's row when
-        the two maps have the same row pitch (else at an absolute address, a kernel
-        body per row)."""
+        """Row by row: the output relative to ARG1; one input relative to ARG0, or two:
+        ARG0 the lower of their rows, the other at a fixed distance (the compiler gives
+        the two inputs of an Add the same row pitch), so one kernel body serves every
+        row."""
         names = [op.a, op.b] if n_in == 2 else [op.x]
         ins = [self.buffers[n] for n in names]
         yb = self.buffers[op.y]
@@ -767,22 +815,13 @@ class _Compiler:
             raise CompileError(op.name, type(op).__name__, "rows longer than a DMA moves")
         spad = [0, n + 1][:n_in]
         out = (n + 1) * n_in + 1
-        same_pitch = n_in == 2 and ins[0].Wp == yb.Wp and yb.word(0, 0) >= ins[0].word(0, 0)
+        base = min(b.word(0, 0) for b in ins)
+        body = [dma_load(gmem=b.word(0, 0) - base, spad=s, cols=n, base=GmemBase.ARG0)
+                for b, s in zip(ins, spad)]
+        body += [wait()] + make(spad, out, n) + [
+            _DRAIN, dma_store(gmem=0, spad=out, cols=n, base=GmemBase.ARG1), wait(), ret()]
         for h in range(H):
-            body = [dma_load(gmem=0, spad=spad[0], cols=n, base=GmemBase.ARG0)]
-            if n_in == 2:
-                body.append(dma_load(gmem=0, spad=spad[1], cols=n, base=GmemBase.ARG1))
-                if same_pitch:
-                    store = dma_store(gmem=yb.word(h, 0) - ins[0].word(h, 0), spad=out,
-                                      cols=n, base=GmemBase.ARG0)
-                else:
-                    store = dma_store(gmem=yb.word(h, 0), spad=out, cols=n)
-            else:
-                store = dma_store(gmem=0, spad=out, cols=n, base=GmemBase.ARG1)
-            body += [wait()] + make(spad, out, n) + [_DRAIN, store, wait(), ret()]
-            a = ins[0].word(h, 0)
-            b = ins[1].word(h, 0) if n_in == 2 else yb.word(h, 0)
-            self.emit(body, a, b)
+            self.emit(body, min(b.word(h, 0) for b in ins), yb.word(h, 0))
 
 
 def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
@@ -840,6 +879,15 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
             ring = [max(r, p) for r, p in zip(ring, pads)]
         buf.ring = tuple(ring)
         buf.pad_value = pad_value
+    # The two inputs of an Add get the same row pitch (the narrower ring widened on
+    # the right), so that one lies at a fixed distance from the other in every row.
+    for op in graph.ops:
+        if isinstance(op, Add) and op.a in c.buffers and op.b in c.buffers:
+            a, b = c.buffers[op.a], c.buffers[op.b]
+            if a.Wp != b.Wp:
+                narrow, wide = (a, b) if a.Wp < b.Wp else (b, a)
+                t, l, bt, r = narrow.ring
+                narrow.ring = (t, l, bt, r + wide.Wp - narrow.Wp)
     for name in alias:
         if alias[name] in c.buffers:
             c.buffers[name] = c.buffers[alias[name]]
@@ -853,6 +901,8 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
         op = unit.ops[0]
         if unit.kind == "dense chain":
             c.dense_chain([specs[o.name] for o in unit.ops])
+        elif unit.kind == "add+pool":
+            c.add_pool(op, unit.ops[1])
         elif unit.kind == "conv+pool+dense":
             c.conv_pool_dense(specs[op.name], unit.ops[1], [specs[o.name] for o in unit.ops[2:]])
         elif op.name in specs:
@@ -888,7 +938,7 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
 @dataclass
 class Unit:
     """Ops compiled into one kernel (one op, or a fused group)."""
-    kind: str                 # "op", "conv+pool", "conv+pool+dense" or "dense chain"
+    kind: str                 # "op", "conv+pool", "conv+pool+dense", "add+pool", "dense chain"
     ops: list
 
     @property
@@ -939,6 +989,11 @@ class _GraphView:
             if c.conv_tiling(spec, _ConvConsts.layout(spec, c.R, c.wb), ops[1]) is None:
                 return None, "conv and pool do not fit one kernel"
             return "conv+pool", None
+        if len(ops) == 2 and isinstance(ops[0], Add) and isinstance(ops[1], MaxPool):
+            if any(ops[1].pads):
+                return None, "a padded max-pool does not fuse"
+            reason = c.add_pool_layout(ops[0], ops[1])[1]
+            return ("add+pool", None) if reason is None else (None, reason)
         if all(isinstance(op, Dense) for op in ops):
             reason = c.dense_chain_fit([self.specs[op.name] for op in ops])
             return ("dense chain", None) if reason is None else (None, reason)
@@ -947,8 +1002,8 @@ class _GraphView:
             reason = c.conv_pool_dense_layout(self.specs[ops[0].name], ops[1],
                                               [self.specs[op.name] for op in ops[2:]])[1]
             return ("conv+pool+dense", None) if reason is None else (None, reason)
-        return None, ("the compiler fuses a conv with a max-pool (and Dense layers after "
-                      "it), or a chain of Dense layers")
+        return None, ("the compiler fuses a conv or an add with a max-pool (a conv's with "
+                      "Dense layers after it), or a chain of Dense layers")
 
     def units(self, groups):
         """Every op (but Flatten) in a unit, in graph order; ``groups`` fused."""
@@ -981,7 +1036,7 @@ class _GraphView:
 
 def fusion_kind(graph, config, group):
     """How the compiler would fuse ``group`` (op names): ``"op"``, ``"conv+pool"``,
-    ``"conv+pool+dense"``, ``"dense chain"``; or raise :class:`CompileError` saying why it cannot."""
+    ``"conv+pool+dense"``, ``"add+pool"``, ``"dense chain"``; or raise :class:`CompileError` saying why it cannot."""
     view = _GraphView(graph, _Compiler(graph, config, "none", 1))
     members = set(group)
     return next(u.kind for u in view.units([tuple(group)])

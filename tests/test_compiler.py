@@ -135,7 +135,27 @@ FUSED = {
                                               pool=((1, 2), (1, 1), (0, 0, 0, 0))),
                              [("conv", "pool", "fc")], "conv+pool+dense"),
     "dense chain": (lambda: _dense_chain(11, 40, 19), [("fc1", "fc2")], "dense chain"),
+    "add+pool": (lambda: residual_pool_net(12), [("add", "pool")], "add+pool"),
 }
+
+
+def residual_pool_net(seed):
+    """Conv (its map padded by the next conv) + Conv -> Add -> MaxPool 2x2 -> Dense: the
+    two addends have different rings, which the compiler evens out."""
+    rng = np.random.default_rng(seed)
+    T = {"x": _t("x", (3, 6, 6), rng), "c": _t("c", (4, 6, 6), rng),
+         "d": _t("d", (4, 6, 6), rng), "s": QTensor("s", (4, 6, 6), 1.0, 2),
+         "p": QTensor("p", (4, 3, 3), 1.0, 2), "y": _t("y", (5,), rng)}
+    T["f"] = QTensor("f", (36,), 1.0, 2)
+    ops = [Conv("conv", "x", "c", _w(rng, (4, 3, 3, 3)), _b(rng, 4), _rq(rng, 4), (1, 1),
+                (1, 1, 1, 1)),
+           Conv("conv2", "c", "d", _w(rng, (4, 4, 3, 3)), _b(rng, 4), _rq(rng, 4), (1, 1),
+                (1, 1, 1, 1)),
+           Add("add", "d", "c", "s", int(T["d"].scale * 2**31), int(T["c"].scale * 2**31), 0),
+           MaxPool("pool", "s", "p", (2, 2), (2, 2), (0, 0, 0, 0)),
+           Flatten("flat", "p", "f"),
+           Dense("fc", "f", "y", _w(rng, (5, 36)), _b(rng, 5), _rq(rng, 5, 1e-3, 1e-2))]
+    return Graph(f"residual_pool{seed}", T, ops, "x", "y")
 
 
 @pytest.mark.parametrize("name", FUSED)
@@ -167,7 +187,7 @@ def test_stable_layout_shares_one_gmem_image():
     ([("conv", "fc")], "not the only consumer"),
     ([("conv", "pool"), ("pool", "fc")], "in two groups"),
     ([("conv", "nope")], "no op 'nope'"),
-    ([("pool", "fc")], "fuses a conv with a max-pool"),
+    ([("pool", "fc")], "fuses a conv or an add with a max-pool"),
 ])
 def test_groups_that_do_not_fuse_are_refused(groups, message):
     with pytest.raises(CompileError, match=message):
@@ -281,7 +301,7 @@ def test_verilator_runs_split_layers(name):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", ["conv+pool+dense", "dense chain"])
+@pytest.mark.parametrize("name", ["conv+pool+dense", "dense chain", "add+pool"])
 def test_verilator_runs_fused_units(name):
     """The fused kinds beyond the static rules on the RTL: bit-identical to the model."""
     require_simulator("verilator")
