@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml | $(VPY)
 test: venv ## Run all tests: unit tests and the cocotb RTL regression on Icarus and Verilator
 	$(VPY) -m pytest tests/ -m "not slow" $(PYTEST_ARGS)
 
-sim: venv ## Run the demo on the tile simulated in Verilator
+sim: venv ## The demo: digits CNN on the Verilator RTL under none, static, adaptive (+ plots)
 	$(VENV)/bin/fusetile demo --target verilator
 
 test-fpga: venv ## Long runs (bitstreams, big sweeps): pytest -m slow
