@@ -82,7 +82,6 @@ class FusionEngine:
     log: list = field(default_factory=list)
     fused: dict = field(default_factory=dict)        # merged group -> _Fused
     refusions: dict = field(default_factory=dict)    # group -> times split
-    known: dict = field(default_factory=dict)        # unit name -> last UnitProfile
 
     def __post_init__(self):
         self.groups = [tuple(g) for g in self.groups]
@@ -161,8 +160,6 @@ class FusionEngine:
         profiles = profiler.profiles()
         n_samples = profiler.window_samples() or 1
         runs = max(len(profiler.runs), 1)
-        for name, p in profiles.items():
-            self.known[name] = p
         per_inf = {name: p.cycles / n_samples for name, p in profiles.items()}
 
         # Measure what the last merge gained (once, in the first window after it: the

@@ -95,6 +95,8 @@ def test_warm_start_from_the_cache(cnn, tmp_path):
     cache = KernelCache(tmp_path / "cache.sqlite")           # a second process, say
     runner, y2, second = _adaptive(cnn, xs, cache=cache)
     assert second.jit_compiles == 0 and cache.hits >= 1
+    measured = cache.unit_profile(cnn, TileConfig(), ("conv2", "pool2", "fc"))
+    assert measured["calls"] > 0 and measured["cycles"] > 0       # the profile database
     assert runner.program.groups[-1] == ("conv2", "pool2", "fc")   # starts adapted
     assert np.array_equal(y1, y2)
     # already adapted from the first run on: every run is as fast as the first run's best
