@@ -18,9 +18,9 @@ Two forms of quantised model are lowered:
 
 Tensors keep their ONNX names (the int8 outputs of Q nodes and QLinear ops); uint8
 tensors are shifted into the int8 domain (``q - 128``, zero point ``- 128``, exact).
-Weights must be constant int8 (or uint8) with a zero point that folds away: ``w -
-zero point`` must fit int8 (always true for int8 with zero point 0 and for uint8 with
-zero point 128).
+Weights must be constant int8 (or uint8); their zero point is folded into them (``w -
+zero point``, int8 when it fits, as for int8 weights with zero point 0 and uint8 with 128;
+otherwise int16 within -255..255, which the compiler splits into int8 planes).
 
 Requantisations the IR has no op for are written with ops that compute them exactly
 in the tile's arithmetic (and say so in ``Graph.notes``): ``Q(DQ(t))`` to other
@@ -510,9 +510,8 @@ class _Importer:
         w = np.moveaxis(q.astype(np.int64), out_axis, 0)
         w = w - zp.astype(np.int64).reshape((-1,) + (1,) * (w.ndim - 1))
         if w.size and (w.min() < -128 or w.max() > 127):
-            raise GraphError(name, node.op_type, f"{what} zero point must be 0 (or 128 for "
-                             f"uint8): {what} minus zero point spans {w.min()}..{w.max()}, "
-                             "outside int8")
+            # w - zp spans up to -255..255: int16, split into int8 planes by the compiler
+            return w.astype(np.int16), scale.astype(_scale_type(scale.dtype))
         return w.astype(np.int8), scale.astype(_scale_type(scale.dtype))
 
     def _per_channel(self, node, name, v, axis, ndim, out_axis, n, what):

@@ -188,11 +188,11 @@ def _conv_spec(op, tensors, x_name, x_shape):
     zx = tensors[x_name].zero_point
     if isinstance(op, Dense):
         C, H, W = x_shape
-        weight = np.asarray(op.weight, dtype=np.int8).reshape(-1, C, H, W)
+        weight = _weights(op).reshape(-1, C, H, W)
         return _ConvSpec(op.name, x_name, op.y, weight, _fold(op.bias, weight, zx),
                          op.requant, (1, 1), (0, 0, 0, 0), op.lo, op.hi, "Dense")
     if isinstance(op, Conv):
-        weight = np.asarray(op.weight, dtype=np.int8)
+        weight = _weights(op)
         return _ConvSpec(op.name, op.x, op.y, weight, _fold(op.bias, weight, zx), op.requant,
                          tuple(op.stride), tuple(op.pads), op.lo, op.hi, "Conv")
     # AvgPool: one-hot weights sum each channel's window exactly; the padding is the
@@ -212,6 +212,17 @@ def _conv_spec(op, tensors, x_name, x_shape):
                      tuple(op.stride), tuple(op.pads), op.lo, op.hi, "AvgPool")
 
 
+def _weights(op):
+    """An op's weights: int8, or int16 within -255..255 (split into planes)."""
+    w = np.asarray(op.weight)
+    if w.dtype == np.int8:
+        return w
+    if w.size and (w.min() < -255 or w.max() > 255):
+        raise CompileError(op.name, type(op).__name__, f"weights span {w.min()}..{w.max()}; "
+                           "the tile takes -255..255 (two int8 planes)")
+    return w.astype(np.int16)
+
+
 def _fold(bias, weight, zx):
     """bias - zx * sum(w): the input zero point of sum w * (x - zx), as int32."""
     total = np.asarray(bias, dtype=np.int64) - zx * weight.reshape(len(weight), -1).astype(
@@ -222,9 +233,14 @@ def _fold(bias, weight, zx):
 @dataclass
 class _ConvConsts:
     """A convolution's constants in GMEM from word ``at``: per group of R output
-    channels a block of ``Kp`` weight words (word t = (kh, kw, ci), R channels in its
-    lanes; Kp = K rounded up to even, so every group's weights start on an even word),
-    the int32 biases and the requantisation table (together ``tables`` words)."""
+    channels a block of ``planes`` x ``Kp`` weight words (word t = (kh, kw, ci), R
+    channels in its lanes; Kp = K rounded up to even, so every plane starts on an even
+    word), the int32 biases and the requantisation table (together ``tables`` words).
+
+    Weights are int8, one plane. A weight zero point that the importer folds into the
+    weights can leave them beyond int8 (w - zp spans up to -255..255): they are then
+    split into int8 planes that sum to them, and each pixel's MATMUL runs once per plane
+    over the same window (the accumulators add them up exactly)."""
     Co: int
     K: int
     Kp: int
@@ -232,6 +248,7 @@ class _ConvConsts:
     bias_words: int
     table_words: int
     block: int
+    planes: int = 1
     at: int = None
 
     @classmethod
@@ -239,9 +256,22 @@ class _ConvConsts:
         Co, Ci, KH, KW = spec.weight.shape
         K = KH * KW * Ci
         Kp = K + (K & 1)
+        lo, hi = (int(spec.weight.min()), int(spec.weight.max())) if spec.weight.size else (0, 0)
+        planes = max(1, -(-(-lo) // 128), -(-hi // 127))
         bias_words, table_words = -(-4 * R // word_bytes), -(-8 * R // word_bytes)
-        block = Kp + bias_words + table_words
-        return cls(Co, K, Kp, -(-Co // R), bias_words, table_words, block + (block & 1))
+        block = planes * Kp + bias_words + table_words
+        return cls(Co, K, Kp, -(-Co // R), bias_words, table_words, block + (block & 1),
+                   planes)
+
+    def weights(self, w, plane=0):
+        """Address of plane ``plane`` of the group whose block starts at ``w``."""
+        return w + plane * self.Kp
+
+    def bias(self, w):
+        return w + self.planes * self.Kp
+
+    def table(self, w):
+        return self.bias(w) + self.bias_words
 
     @property
     def tables(self):
@@ -320,11 +350,15 @@ class _Compiler:
         k = _ConvConsts.layout(spec, R, wb)
         data = bytearray()
         for g in range(k.G):
-            lanes = np.zeros((k.Kp, R), dtype=np.int8)
             co = np.arange(g * R, min(k.Co, (g + 1) * R))
             # word t = (kh, kw, ci): the patch order of the im2col below
-            lanes[:k.K, :len(co)] = spec.weight[co].transpose(2, 3, 1, 0).reshape(k.K, len(co))
-            data += self.words(lanes)
+            rest = spec.weight[co].transpose(2, 3, 1, 0).reshape(k.K, len(co)).astype(np.int64)
+            for _ in range(k.planes):
+                part = np.clip(rest, -128, 127)
+                rest = rest - part
+                lanes = np.zeros((k.Kp, R), dtype=np.int8)
+                lanes[:k.K, :len(co)] = part
+                data += self.words(lanes)
             bias = np.zeros(k.bias_words * wb, dtype=np.uint8)
             b = np.zeros(R, dtype="<i4")
             b[:len(co)] = spec.bias[co]
@@ -336,7 +370,7 @@ class _Compiler:
                 table[8 * r:8 * r + 4] = np.frombuffer(int(m).to_bytes(4, "little"), np.uint8)
                 table[8 * r + 4] = s
             data += table.tobytes()
-            data += bytes((k.block - k.Kp - k.tables) * wb)
+            data += bytes((k.block - k.planes * k.Kp - k.tables) * wb)
         k.at = self.constant(bytes(data))
         return k
 
@@ -361,12 +395,18 @@ class _Compiler:
         for r in range(rows):
             for p in range(P):
                 for i, _ in enumerate(groups):
-                    w = w0 + i * k.block
-                    body += [acc_bias(w + k.Kp),
-                             matmul(a=w, b=patch + (r * P + p) * k.Kp, k=k.K, accumulate=True),
-                             requant(out=row_buf + (r * P + p) * pitch + i * self.R,
-                                     per_channel=True, params=w + k.Kp + k.bias_words)]
+                    body += self.dot(k, w0 + i * k.block, patch + (r * P + p) * k.Kp,
+                                     row_buf + (r * P + p) * pitch + i * self.R)
         return body
+
+    def dot(self, k, w, b, out):
+        """One group of R output channels over one window: ACC_BIAS, a MATMUL per
+        weight plane, REQUANT into ``out`` (the group's block at ``w``, the window at
+        ``b``)."""
+        return ([acc_bias(k.bias(w))] +
+                [matmul(a=k.weights(w, p), b=b, k=k.K, accumulate=True)
+                 for p in range(k.planes)] +
+                [requant(out=out, per_channel=True, params=k.table(w))])
 
     def store_pixels(self, spad, n, pitch, Co):
         """Store ``n`` pixels of ``pitch`` channels (consecutive in the scratchpad) to
@@ -403,13 +443,13 @@ class _Compiler:
                 if max(pkh, pkw) > _MAX_WINDOW:
                     return None
                 _, _, PW = self.map_shape(pool.y)
-                insns = fixed + pkh * KH + 3 * OW * pkh * Gp + 1 + PW
+                insns = fixed + pkh * KH + (2 + k.planes) * OW * pkh * Gp + 1 + PW
                 words = cw + 1 + pkh * OW * (k.Kp + pitch) + R + (OW + PW) * pitch
                 if insns <= cfg.slot_depth and words <= cfg.spad_words:
                     return Gp, OW
                 continue
             for P in sorted((d for d in range(1, OW + 1) if OW % d == 0), reverse=True):
-                if (fixed + KH + 3 * P * Gp <= cfg.slot_depth
+                if (fixed + KH + (2 + k.planes) * P * Gp <= cfg.slot_depth
                         and cw + 1 + P * (k.Kp + pitch) + R <= cfg.spad_words):
                     cost = OH * OW // P * k.G * k.block + -(-k.G // Gp) * OH * OW * k.K
                     if best_cost is None or cost < best_cost:
@@ -498,7 +538,7 @@ class _Compiler:
             chunks = _window_chunks(KH, row, Kc)
             gather = _window_chunks(KH, row, _MAX_COLS) if resident else []
             insns = (Gp if k.block > 0xFFFF else 1) + 3 + len(gather) + 4 + \
-                Gp * (2 + len(chunks) * (3 if resident else 4))
+                Gp * (2 + k.planes * len(chunks) * (3 if resident else 4))
             if insns <= cfg.slot_depth:
                 break
         else:
@@ -518,35 +558,37 @@ class _Compiler:
             c0 = g0 * R
             pitch = min(Co, groups.stop * R) - c0
             if k.block <= 0xFFFF:
-                body = [dma_load(gmem=k.group(g0) + k.Kp, spad=0, rows=len(groups),
+                body = [dma_load(gmem=k.bias(k.group(g0)), spad=0, rows=len(groups),
                                  cols=k.tables, gmem_stride=k.block, spad_stride=k.tables)]
             else:                                   # beyond the DMA's stride field
-                body = [dma_load(gmem=k.group(g) + k.Kp, spad=i * k.tables, cols=k.tables)
+                body = [dma_load(gmem=k.bias(k.group(g)), spad=i * k.tables, cols=k.tables)
                         for i, g in enumerate(groups)]
             body += self.vector_cfg(self.T[spec.y].zero_point, spec.lo, spec.hi)
             if resident:
                 body += [x_load(c, patch + c[0]) for c in gather]
-            steps = [(i, g, j) for i, g in enumerate(groups) for j in range(len(chunks))]
+            # per group, per weight plane, per chunk of the window
+            steps = [(i, g, p, j) for i, g in enumerate(groups) for p in range(k.planes)
+                     for j in range(len(chunks))]
             operands = []
-            for n_step, (i, g, j) in enumerate(steps):
+            for n_step, (i, g, p, j) in enumerate(steps):
                 t0, n = chunks[j][:2]
                 buf = n_step % 2
                 b = patch + t0 if resident else xbuf[buf]
                 a = wbuf[buf] + (1 - (b & 1))          # the other parity: another bank
-                loads = [dma_load(gmem=k.group(g) + t0, spad=a, cols=n)]
+                loads = [dma_load(gmem=k.weights(k.group(g), p) + t0, spad=a, cols=n)]
                 if not resident:
                     loads.append(x_load(chunks[j], b))
                 operands.append((loads, a, b, n))
             body += operands[0][0]
-            for n_step, (i, g, j) in enumerate(steps):
+            for n_step, (i, g, p, j) in enumerate(steps):
                 _, a, b, n = operands[n_step]
                 body.append(wait())
-                if j == 0:
+                if p == 0 and j == 0:
                     body.append(acc_bias(i * k.tables))
                 # Issued only when the compute unit is idle, so once this MATMUL is
                 # issued the previous one has finished reading the other buffers.
                 body.append(matmul(a=a, b=b, k=n, accumulate=True))
-                if j == len(chunks) - 1:
+                if p == k.planes - 1 and j == len(chunks) - 1:
                     body.append(requant(out=out + i * R, per_channel=True,
                                         params=i * k.tables + k.bias_words))
                 if n_step + 1 < len(steps):
@@ -580,7 +622,7 @@ class _Compiler:
             vectors.append(at)
             top = at + x.G * self.R
         loads = sum(-(-x.G * x.block // _MAX_COLS) for x in k)
-        insns = loads + KH + 1 + sum(3 + 3 * x.G for x in k) + 4
+        insns = loads + KH + 1 + sum(3 + (2 + x.planes) * x.G for x in k) + 4
         if top > self.cfg.spad_words:
             return None, f"needs {top} scratchpad words, the tile has {self.cfg.spad_words}"
         if insns > self.cfg.slot_depth:
@@ -610,11 +652,7 @@ class _Compiler:
                                             groups=range(k.G), pitch=k.Co, w0=w0)
                 continue
             for g in range(k.G):
-                w = w0 + g * k.block
-                body += [acc_bias(w + k.Kp),
-                         matmul(a=w, b=vectors[i - 1], k=k.K, accumulate=True),
-                         requant(out=vectors[i] + g * self.R, per_channel=True,
-                                 params=w + k.Kp + k.bias_words)]
+                body += self.dot(k, w0 + g * k.block, vectors[i - 1], vectors[i] + g * self.R)
         body += [_DRAIN, dma_store(gmem=0, spad=vectors[-1], cols=placed[-1].Co,
                                    base=GmemBase.ARG1), wait(), ret()]
         for spec, k in zip(specs, placed):
@@ -650,8 +688,8 @@ class _Compiler:
             vectors.append(top | 1)
             top = vectors[-1] + x.G * R
         loads = sum(-(-x.G * x.block // _MAX_COLS) for x in [k] + kd)
-        insns = loads + 3 + PH * (pkh * KH + 1 + 3 * OW * pkh * k.G + 1 + PW) + \
-            sum(3 + 3 * x.G for x in kd) + 4
+        insns = loads + 3 + PH * (pkh * KH + 1 + (2 + k.planes) * OW * pkh * k.G + 1 + PW) + \
+            sum(3 + (2 + x.planes) * x.G for x in kd) + 4
         if top > self.cfg.spad_words:
             return None, f"needs {top} scratchpad words, the tile has {self.cfg.spad_words}"
         if insns > self.cfg.slot_depth:
@@ -688,11 +726,7 @@ class _Compiler:
         for s, x, w0, vec in zip(tail, placed, dense_at, vectors):
             body += self.vector_cfg(self.T[s.y].zero_point, s.lo, s.hi)
             for g in range(x.G):
-                w = w0 + g * x.block
-                body += [acc_bias(w + x.Kp),
-                         matmul(a=w, b=src, k=x.K, accumulate=True),
-                         requant(out=vec + g * self.R, per_channel=True,
-                                 params=w + x.Kp + x.bias_words)]
+                body += self.dot(x, w0 + g * x.block, src, vec + g * self.R)
             src = vec
         body += [_DRAIN, dma_store(gmem=0, spad=vectors[-1], cols=placed[-1].Co,
                                    base=GmemBase.ARG1), wait(), ret()]

@@ -99,7 +99,8 @@ class _Op:
 @dataclass
 class Dense(_Op):
     """``y = clamp(zp_y + rq(bias + sum_k w[n, k] * (x[k] - zp_x)), lo, hi)``; ``x`` is
-    flattened in C, H, W order; ``w`` is int8 ``(N, K)``, ``bias`` int32 ``(N,)``."""
+    flattened in C, H, W order; ``w`` is int8 ``(N, K)`` (int16 within -255..255 when a
+    weight zero point was folded in), ``bias`` int32 ``(N,)``."""
     x: str
     y: str
     weight: np.ndarray
@@ -112,8 +113,8 @@ class Dense(_Op):
 @dataclass
 class Conv(_Op):
     """2-D convolution over ``(C, H, W)``, padding with the input's zero point (real 0):
-    ``w`` int8 ``(Co, Ci, KH, KW)``, ``bias`` int32 ``(Co,)``; output clamped to
-    ``lo..hi`` (``lo`` = the output zero point fuses a ReLU)."""
+    ``w`` int8 ``(Co, Ci, KH, KW)`` (or int16, as for Dense), ``bias`` int32 ``(Co,)``;
+    output clamped to ``lo..hi`` (``lo`` = the output zero point fuses a ReLU)."""
     x: str
     y: str
     weight: np.ndarray

@@ -76,6 +76,17 @@ def residual_net(seed):
     return Graph(f"residual{seed}", T, ops, "x", "y")
 
 
+def _planes(graph, seed):
+    """``graph`` with its Conv and Dense weights widened to -255..255 (as a folded weight
+    zero point leaves them): the compiler runs two int8 planes."""
+    rng = np.random.default_rng(seed)
+    for op in graph.ops:
+        if isinstance(op, (Conv, Dense)):
+            op.weight = rng.integers(-255, 256, op.weight.shape).astype(np.int16)
+            op.requant = _rq(rng, len(op.bias), 1e-5, 5e-4)
+    return graph
+
+
 GRAPHS = {
     "conv3x3": lambda: conv_net(1),
     "conv5x5_stride2_wide": lambda: conv_net(2, ci=4, co=11, hw=(9, 8), k=(5, 5), stride=(2, 2),
@@ -83,6 +94,7 @@ GRAPHS = {
     "conv1x1_padded_pool": lambda: conv_net(3, ci=5, co=3, hw=(4, 5), k=(1, 1), pads=(0, 0, 0, 0),
                                             pool=((3, 3), (2, 2), (1, 1, 1, 1))),
     "residual": lambda: residual_net(4),
+    "weight_planes": lambda: _planes(conv_net(13), 14),
 }
 
 
@@ -136,6 +148,8 @@ FUSED = {
                              [("conv", "pool", "fc")], "conv+pool+dense"),
     "dense chain": (lambda: _dense_chain(11, 40, 19), [("fc1", "fc2")], "dense chain"),
     "add+pool": (lambda: residual_pool_net(12), [("add", "pool")], "add+pool"),
+    "planes": (lambda: _planes(conv_net(17), 18), [("conv", "pool", "flat", "fc")],
+               "conv+pool+dense"),
 }
 
 
@@ -230,6 +244,8 @@ SPLIT_GRAPHS = {
     "dense_streamed_pieces": lambda: _dense_chain(7, 700, 13),
     # dense over a vector of 300: the window resident, the weights streamed in pieces
     "dense_streamed_resident": lambda: _dense_chain(9, 300, 10),
+    # weights in two planes, streamed: every chunk once per plane
+    "dense_streamed_planes": lambda: _planes(_dense_chain(15, 300, 10), 16),
     # 5x5 conv over 24 channels (K = 600): each pixel's window streamed
     "conv_streamed": lambda: conv_net(8, ci=24, co=9, hw=(5, 5), k=(5, 5),
                                       pads=(2, 2, 2, 2), pool=((2, 2), (1, 1), (0, 0, 0, 0))),
@@ -301,7 +317,7 @@ def test_verilator_runs_split_layers(name):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", ["conv+pool+dense", "dense chain", "add+pool"])
+@pytest.mark.parametrize("name", ["conv+pool+dense", "dense chain", "add+pool", "planes"])
 def test_verilator_runs_fused_units(name):
     """The fused kinds beyond the static rules on the RTL: bit-identical to the model."""
     require_simulator("verilator")

@@ -666,15 +666,35 @@ def test_refuses_float_op_in_the_middle(tmp_path):
         load_model(path)
 
 
-def test_refuses_weight_zero_point():
+def test_weight_zero_point_beyond_int8():
+    """A weight zero point that moves w - zp outside int8: int16 weights in the IR (the
+    compiler runs them as two int8 planes), equal to onnxruntime and, compiled, to the
+    reference."""
+    from fusetile.host import open_transport
+    from fusetile.host.device import Device
+    from fusetile.host.runner import infer, load_program
+    from fusetile.kernels.compiler import compile_graph
+    from fusetile.kernels.config import TileConfig
+
     rng = np.random.default_rng(9)
     model = _qop_model(np.int8, rng, False)
     for init in model.graph.initializer:
         if init.name == "zw1":
-            init.CopyFrom(_init("zw1", 5, np.int8))
-    with pytest.raises(GraphError, match=r"node 'qconv1' \(QLinearConv\): weight zero point "
-                                         r"must be 0"):
-        load_model(model)
+            init.CopyFrom(_init("zw1", 100, np.int8))
+    graph = load_model(model)
+    w = graph.ops[0].weight
+    assert w.dtype == np.int16 and w.min() < -128
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    xs = rng.integers(-128, 128, size=(16, 3, 7, 5)).astype(np.int8)
+    ours = np.stack([run_reference(graph, x)[graph.output] for x in xs])
+    theirs = np.concatenate([sess.run(None, {"x": x[None]})[0] for x in xs])
+    assert np.abs(ours.reshape(theirs.shape).astype(np.int64) - theirs).max() <= 1
+    with open_transport("model") as transport:
+        dev = Device(transport)
+        program = compile_graph(graph, TileConfig(), policy="static")
+        load_program(dev, program)
+        y, _ = infer(dev, program, xs)
+    assert np.array_equal(y, ours)
 
 
 @pytest.mark.parametrize("change,match", [
