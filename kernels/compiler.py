@@ -174,14 +174,18 @@ class _ConvSpec:
     name: str
     x: str
     y: str
-    weight: np.ndarray        # (Co, Ci, KH, KW) int8
+    weight: np.ndarray        # (Co, Ci, KH, KW) int8 (int16: see _ConvConsts)
     bias: np.ndarray          # (Co,) int32, the input zero point folded in
-    requant: Requant
+    requants: list            # requantisation tables (Requant), usually one
     stride: tuple
     pads: tuple
     lo: int
     hi: int
     op: str
+    table_of: np.ndarray = None   # (OH, OW): each output pixel's table, if not all 0
+
+    def table(self, oh, ow):
+        return 0 if self.table_of is None else int(self.table_of[oh, ow])
 
 
 def _conv_spec(op, tensors, x_name, x_shape):
@@ -190,26 +194,37 @@ def _conv_spec(op, tensors, x_name, x_shape):
         C, H, W = x_shape
         weight = _weights(op).reshape(-1, C, H, W)
         return _ConvSpec(op.name, x_name, op.y, weight, _fold(op.bias, weight, zx),
-                         op.requant, (1, 1), (0, 0, 0, 0), op.lo, op.hi, "Dense")
+                         [op.requant], (1, 1), (0, 0, 0, 0), op.lo, op.hi, "Dense")
     if isinstance(op, Conv):
         weight = _weights(op)
-        return _ConvSpec(op.name, op.x, op.y, weight, _fold(op.bias, weight, zx), op.requant,
-                         tuple(op.stride), tuple(op.pads), op.lo, op.hi, "Conv")
+        return _ConvSpec(op.name, op.x, op.y, weight, _fold(op.bias, weight, zx),
+                         [op.requant], tuple(op.stride), tuple(op.pads), op.lo, op.hi, "Conv")
     # AvgPool: one-hot weights sum each channel's window exactly; the padding is the
-    # zero point, so with count_include_pad every window has the same count.
-    C = x_shape[0]
+    # zero point, which adds nothing. The divisor is the window's size, or without
+    # count_include_pad the number of its elements inside the map: one requantisation
+    # table per distinct count, each output pixel using its own.
+    C, H, W = x_shape
     kh, kw = op.kernel
-    if any(op.pads) and not op.count_include_pad:
-        raise CompileError(op.name, "AvgPool", "padding without count_include_pad "
-                           "(a different divisor at the borders) is not supported")
+    sh, sw = op.stride
+    t, l, b, r = op.pads
     if kh * kw * C > 2**16 - 1:
         raise CompileError(op.name, "AvgPool", "window too large")
     weight = np.zeros((C, C, kh, kw), dtype=np.int8)
     weight[np.arange(C), np.arange(C)] = 1
-    rq = avgpool_requant(op, tensors[op.x].scale, tensors[op.y].scale, kh * kw)
-    rq = Requant(np.repeat(rq.multiplier, C), np.repeat(rq.shift, C))
-    return _ConvSpec(op.name, op.x, op.y, weight, _fold(np.zeros(C, np.int32), weight, zx), rq,
-                     tuple(op.stride), tuple(op.pads), op.lo, op.hi, "AvgPool")
+    OH, OW = (H + t + b - kh) // sh + 1, (W + l + r - kw) // sw + 1
+    rows = [min(H, oh * sh - t + kh) - max(0, oh * sh - t) for oh in range(OH)]
+    cols = [min(W, ow * sw - l + kw) - max(0, ow * sw - l) for ow in range(OW)]
+    counts = np.outer(rows, cols) if any(op.pads) and not op.count_include_pad else \
+        np.full((OH, OW), kh * kw)
+    distinct = sorted(set(counts.reshape(-1).tolist()))
+    requants = []
+    for count in distinct:
+        rq = avgpool_requant(op, tensors[op.x].scale, tensors[op.y].scale, count)
+        requants.append(Requant(np.repeat(rq.multiplier, C), np.repeat(rq.shift, C)))
+    table_of = np.vectorize(distinct.index)(counts) if len(distinct) > 1 else None
+    return _ConvSpec(op.name, op.x, op.y, weight, _fold(np.zeros(C, np.int32), weight, zx),
+                     requants, tuple(op.stride), tuple(op.pads), op.lo, op.hi, "AvgPool",
+                     table_of)
 
 
 def _weights(op):
@@ -249,6 +264,7 @@ class _ConvConsts:
     table_words: int
     block: int
     planes: int = 1
+    n_tables: int = 1
     at: int = None
 
     @classmethod
@@ -259,9 +275,10 @@ class _ConvConsts:
         lo, hi = (int(spec.weight.min()), int(spec.weight.max())) if spec.weight.size else (0, 0)
         planes = max(1, -(-(-lo) // 128), -(-hi // 127))
         bias_words, table_words = -(-4 * R // word_bytes), -(-8 * R // word_bytes)
-        block = planes * Kp + bias_words + table_words
+        n_tables = len(spec.requants)
+        block = planes * Kp + bias_words + n_tables * table_words
         return cls(Co, K, Kp, -(-Co // R), bias_words, table_words, block + (block & 1),
-                   planes)
+                   planes, n_tables)
 
     def weights(self, w, plane=0):
         """Address of plane ``plane`` of the group whose block starts at ``w``."""
@@ -270,12 +287,14 @@ class _ConvConsts:
     def bias(self, w):
         return w + self.planes * self.Kp
 
-    def table(self, w):
-        return self.bias(w) + self.bias_words
+    def table(self, w, i=0):
+        """Address of requantisation table ``i`` of the group whose block is at ``w``."""
+        return self.bias(w) + self.bias_words + i * self.table_words
 
     @property
     def tables(self):
-        return self.bias_words + self.table_words
+        """Words of a group's biases and tables (consecutive)."""
+        return self.bias_words + self.n_tables * self.table_words
 
     def group(self, g):
         """GMEM word address of group ``g``'s block."""
@@ -364,22 +383,25 @@ class _Compiler:
             b[:len(co)] = spec.bias[co]
             bias[:4 * R] = np.frombuffer(b.tobytes(), dtype=np.uint8)
             data += bias.tobytes()
-            table = np.zeros((k.table_words * wb,), dtype=np.uint8)
-            for r, c in enumerate(co):
-                m, s = spec.requant.channel(c)
-                table[8 * r:8 * r + 4] = np.frombuffer(int(m).to_bytes(4, "little"), np.uint8)
-                table[8 * r + 4] = s
-            data += table.tobytes()
+            for rq in spec.requants:
+                table = np.zeros((k.table_words * wb,), dtype=np.uint8)
+                for r, c in enumerate(co):
+                    m, s = rq.channel(c)
+                    table[8 * r:8 * r + 4] = np.frombuffer(int(m).to_bytes(4, "little"),
+                                                           np.uint8)
+                    table[8 * r + 4] = s
+                data += table.tobytes()
             data += bytes((k.block - k.planes * k.Kp - k.tables) * wb)
         k.at = self.constant(bytes(data))
         return k
 
     def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts, groups, pitch,
-                       w0=0, row0=0):
+                       w0=0, row0=0, tables=None):
         """Micro-instructions computing ``rows`` output rows' chunk of ``P`` pixels each
         (row r: input rows from GMEM relative to ARG0 + (row0 + r) * row step) into
         ``row_buf`` (row r at row_buf + r * P * pitch), for the channel ``groups`` whose
-        constants are loaded from word ``w0`` on."""
+        constants are loaded from word ``w0`` on; pixel p of row r requantises with table
+        ``tables[r][p]`` (default 0)."""
         k = consts
         Co, Ci, KH, KW = spec.weight.shape
         sh, sw = spec.stride
@@ -396,17 +418,18 @@ class _Compiler:
             for p in range(P):
                 for i, _ in enumerate(groups):
                     body += self.dot(k, w0 + i * k.block, patch + (r * P + p) * k.Kp,
-                                     row_buf + (r * P + p) * pitch + i * self.R)
+                                     row_buf + (r * P + p) * pitch + i * self.R,
+                                     tables[r][p] if tables else 0)
         return body
 
-    def dot(self, k, w, b, out):
+    def dot(self, k, w, b, out, table=0):
         """One group of R output channels over one window: ACC_BIAS, a MATMUL per
-        weight plane, REQUANT into ``out`` (the group's block at ``w``, the window at
-        ``b``)."""
+        weight plane, REQUANT into ``out`` with requantisation table ``table`` (the
+        group's block at ``w``, the window at ``b``)."""
         return ([acc_bias(k.bias(w))] +
                 [matmul(a=k.weights(w, p), b=b, k=k.K, accumulate=True)
                  for p in range(k.planes)] +
-                [requant(out=out, per_channel=True, params=k.table(w))])
+                [requant(out=out, per_channel=True, params=k.table(w, table))])
 
     def store_pixels(self, spad, n, pitch, Co):
         """Store ``n`` pixels of ``pitch`` channels (consecutive in the scratchpad) to
@@ -486,12 +509,15 @@ class _Compiler:
             patch = cw + 1                      # odd: never in a weight's bank
             if pool is None:
                 row_buf = patch + P * k.Kp
-                body += self.conv_rows_body(spec, xb, P, 1, row_buf, patch=patch,
-                                            consts=k, groups=groups, pitch=pitch)
-                body += [_DRAIN, self.store_pixels(row_buf, P, pitch, Co), wait(), ret()]
                 for oh in range(OH):
                     for ow0 in range(0, OW, P):
-                        self.emit(body, xb.word(oh * sh - pt, ow0 * sw - pl),
+                        # (an AvgPool's border pixels pick other tables: another body)
+                        tables = [[spec.table(oh, ow0 + p) for p in range(P)]]
+                        call_body = body + self.conv_rows_body(
+                            spec, xb, P, 1, row_buf, patch=patch, consts=k, groups=groups,
+                            pitch=pitch, tables=tables) + [
+                            _DRAIN, self.store_pixels(row_buf, P, pitch, Co), wait(), ret()]
+                        self.emit(call_body, xb.word(oh * sh - pt, ow0 * sw - pl),
                                   yb.word(oh, ow0) + c0)
                 continue
             # Fused with the max-pool: per pooled row, the conv rows it needs, pooled in
@@ -579,25 +605,36 @@ class _Compiler:
                 if not resident:
                     loads.append(x_load(chunks[j], b))
                 operands.append((loads, a, b, n))
-            body += operands[0][0]
-            for n_step, (i, g, p, j) in enumerate(steps):
-                _, a, b, n = operands[n_step]
-                body.append(wait())
-                if p == 0 and j == 0:
-                    body.append(acc_bias(i * k.tables))
-                # Issued only when the compute unit is idle, so once this MATMUL is
-                # issued the previous one has finished reading the other buffers.
-                body.append(matmul(a=a, b=b, k=n, accumulate=True))
-                if p == k.planes - 1 and j == len(chunks) - 1:
-                    body.append(requant(out=out + i * R, per_channel=True,
-                                        params=i * k.tables + k.bias_words))
-                if n_step + 1 < len(steps):
-                    body += operands[n_step + 1][0]
-            body += [_DRAIN, dma_store(gmem=0, spad=out, cols=pitch, base=GmemBase.ARG1),
-                     wait(), ret()]
+            head = body + operands[0][0]
+
+            def pixel_body(table):
+                """The pass's body for a pixel requantised with table ``table``."""
+                body = list(head)
+                for n_step, (i, g, p, j) in enumerate(steps):
+                    _, a, b, n = operands[n_step]
+                    body.append(wait())
+                    if p == 0 and j == 0:
+                        body.append(acc_bias(i * k.tables))
+                    # Issued only when the compute unit is idle, so once this MATMUL is
+                    # issued the previous one has finished reading the other buffers.
+                    body.append(matmul(a=a, b=b, k=n, accumulate=True))
+                    if p == k.planes - 1 and j == len(chunks) - 1:
+                        body.append(requant(out=out + i * R, per_channel=True,
+                                            params=i * k.tables + k.bias_words +
+                                            table * k.table_words))
+                    if n_step + 1 < len(steps):
+                        body += operands[n_step + 1][0]
+                return body + [_DRAIN, dma_store(gmem=0, spad=out, cols=pitch,
+                                                 base=GmemBase.ARG1), wait(), ret()]
+
+            bodies = {}
             for oh in range(OH):
                 for ow in range(OW):
-                    self.emit(body, xb.word(oh * sh - pt, ow * sw - pl), yb.word(oh, ow) + c0)
+                    t = spec.table(oh, ow)
+                    if t not in bodies:
+                        bodies[t] = pixel_body(t)
+                    self.emit(bodies[t], xb.word(oh * sh - pt, ow * sw - pl),
+                              yb.word(oh, ow) + c0)
 
     def dense_chain_layout(self, specs):
         """Scratchpad layout of a fused chain of Dense layers: every layer's constants

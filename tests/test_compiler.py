@@ -76,6 +76,25 @@ def residual_net(seed):
     return Graph(f"residual{seed}", T, ops, "x", "y")
 
 
+def avg_net(seed, *, co=9, hw=(5, 6), kernel=(3, 3), stride=(1, 1), pads=(1, 1, 1, 1)):
+    """Conv -> AvgPool with padding and without count_include_pad (border windows
+    divide by the elements inside the map) -> Flatten -> Dense."""
+    rng = np.random.default_rng(seed)
+    H, W = hw
+    OH = (H + pads[0] + pads[2] - kernel[0]) // stride[0] + 1
+    OW = (W + pads[1] + pads[3] - kernel[1]) // stride[1] + 1
+    T = {"x": _t("x", (2, H, W), rng), "c": _t("c", (co, H, W), rng), "y": _t("y", (4,), rng)}
+    T["a"] = QTensor("a", (co, OH, OW), T["c"].scale, 3)     # as the quantiser does
+    T["f"] = QTensor("f", (co * OH * OW,), T["a"].scale, T["a"].zero_point)
+    ops = [Conv("conv", "x", "c", _w(rng, (co, 2, 3, 3)), _b(rng, co), _rq(rng, co), (1, 1),
+                (1, 1, 1, 1)),
+           AvgPool("avg", "c", "a", kernel, stride, pads, count_include_pad=False),
+           Flatten("flat", "a", "f"),
+           Dense("fc", "f", "y", _w(rng, (4, co * OH * OW)), _b(rng, 4),
+                 _rq(rng, 4, 1e-5, 1e-3))]
+    return Graph(f"avg{seed}", T, ops, "x", "y")
+
+
 def _planes(graph, seed):
     """``graph`` with its Conv and Dense weights widened to -255..255 (as a folded weight
     zero point leaves them): the compiler runs two int8 planes."""
@@ -95,6 +114,9 @@ GRAPHS = {
                                             pool=((3, 3), (2, 2), (1, 1, 1, 1))),
     "residual": lambda: residual_net(4),
     "weight_planes": lambda: _planes(conv_net(13), 14),
+    "avgpool_borders": lambda: avg_net(19),
+    "avgpool_borders_stride2": lambda: avg_net(20, hw=(7, 8), kernel=(3, 2), stride=(2, 2),
+                                              pads=(1, 0, 1, 1)),
 }
 
 
@@ -246,6 +268,9 @@ SPLIT_GRAPHS = {
     "dense_streamed_resident": lambda: _dense_chain(9, 300, 10),
     # weights in two planes, streamed: every chunk once per plane
     "dense_streamed_planes": lambda: _planes(_dense_chain(15, 300, 10), 16),
+    # an AvgPool over 40 channels (one-hot weights of 5 groups do not fit): streamed,
+    # each border pixel with its own requantisation table
+    "avgpool_borders_streamed": lambda: avg_net(21, co=40, hw=(4, 5)),
     # 5x5 conv over 24 channels (K = 600): each pixel's window streamed
     "conv_streamed": lambda: conv_net(8, ci=24, co=9, hw=(5, 5), k=(5, 5),
                                       pads=(2, 2, 2, 2), pool=((2, 2), (1, 1), (0, 0, 0, 0))),
@@ -328,3 +353,13 @@ def test_verilator_runs_fused_units(name):
     y_rtl, stats = _run("verilator", graph, xs, "none", groups=groups)
     assert np.array_equal(y_rtl, y_model)
     assert stats.macs == model_stats.macs and stats.kernel_calls == model_stats.kernel_calls
+
+
+@pytest.mark.cocotb
+def test_verilator_avgpool_borders():
+    """Border pixels of an AvgPool without count_include_pad use their own tables."""
+    require_simulator("verilator")
+    graph = GRAPHS["avgpool_borders_stride2"]()
+    xs = _samples(graph, 8)
+    y_rtl, _ = _run("verilator", graph, xs, "none")
+    assert np.array_equal(y_rtl, _reference(graph, xs))
