@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from ..kernels.compiler import CompileError, Segment, compile_graph, unit_groups
+from ..kernels.compiler import (CompileError, Segment, compile_graph, static_groups,
+                                unit_groups)
 from ..kernels.isa import PlanInstr, PlanOp
 from ..kernels.program import call
 from .fusion import FusionEngine
@@ -144,14 +145,13 @@ class AdaptiveRunner:
             best = self.cache.best_groups(self.graph, self.cfg)
             if best is not None:
                 return best
-        from ..kernels.compiler import static_groups
         return static_groups(self.graph, self.cfg)
 
     def _compile(self, groups, *, jit=True):
         key = tuple(unit_groups(self.graph, self.cfg, groups))
         if key in self._programs:
             return self._programs[key]
-        program = self.cache.program(self.graph, self.cfg, key) if self.cache else None
+        program = None if self.cache is None else self.cache.program(self.graph, self.cfg, key)
         if program is None:
             t = time.perf_counter()
             program = compile_graph(self.graph, self.cfg, policy="none", groups=list(key),
@@ -168,9 +168,10 @@ class AdaptiveRunner:
         return program
 
     def _fits(self, groups):
+        """The engine's feasibility check: compiled, and its new kernels fit the slots
+        the running plan leaves free (raises CompileError otherwise)."""
         program = self._compile(groups)
-        busy = set(self.segment.kernels) if hasattr(self, "segment") else ()
-        self.slots.place(program.segments[0], busy)
+        self.slots.place(program.segments[0], set(self.segment.kernels))
         return program
 
     def _load(self, loads):
