@@ -61,6 +61,7 @@ class _Fused:
     before: float              # the parts' cycles per inference when it was merged
     run_before: float = None   # the whole run's, from the counter, if known
     measured: float = None     # its gain (cycles per inference), once measured
+    inner: dict = field(default_factory=dict)   # merged parts it subsumed: restored on split
 
 
 @dataclass
@@ -136,9 +137,10 @@ class FusionEngine:
                 continue
             co = succ.get(("+".join(a), "+".join(b)), 0) / runs
             bytes_kept = 2 * pa.bytes_out / n_samples
-            # a conv + pool kernel makes one call per pooled row (as many as the
-            # pool's); the other kinds one call per run
-            merged_calls = min(pa.calls, pb.calls) if kind == "conv+pool" else runs
+            # kernels ending in a pool make one call per pooled row (as many as the
+            # part with fewer calls); the others one call per run
+            merged_calls = min(pa.calls, pb.calls) if kind in (
+                "conv+pool", "add+pool", "conv+add+pool") else runs
             calls_saved = (pa.calls + pb.calls - merged_calls) / n_samples
             idle = (self._idle_per_call(pa) * pa.calls + self._idle_per_call(pb) * pb.calls) / \
                 max(pa.calls + pb.calls, 1)
@@ -204,7 +206,9 @@ class FusionEngine:
             self.refusions[best.group] = self.max_refusions      # never feasible
             return None
         before = sum(per_inf["+".join(p)] for p in best.parts)
-        self.fused[best.group] = _Fused(best.parts, best.predicted, before, run_cycles)
+        inner = {p: self.fused.pop(p) for p in best.parts if p in self.fused}
+        self.fused[best.group] = _Fused(best.parts, best.predicted, before, run_cycles,
+                                        inner=inner)
         self.log.append({"run": run, "action": "fuse", "units": "+".join(best.group),
                          "kind": best.kind, "score": round(best.score, 4),
                          "predicted_cycles_saved": round(best.predicted, 1),
@@ -229,6 +233,7 @@ class FusionEngine:
 
     def _split(self, group, reason, run):
         f = self.fused.pop(group)
+        self.fused.update(f.inner)          # a part that was a merge is one again
         self.refusions[group] = self.refusions.get(group, 0) + 1
         out = []
         for g in self.groups:

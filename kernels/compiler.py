@@ -396,9 +396,9 @@ class _Compiler:
         return k
 
     def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts, groups, pitch,
-                       w0=0, row0=0, tables=None):
+                       w0=0, row0=0, tables=None, gmem0=0):
         """Micro-instructions computing ``rows`` output rows' chunk of ``P`` pixels each
-        (row r: input rows from GMEM relative to ARG0 + (row0 + r) * row step) into
+        (row r: input rows from GMEM relative to ARG0 + gmem0 + (row0 + r) * row step) into
         ``row_buf`` (row r at row_buf + r * P * pitch), for the channel ``groups`` whose
         constants are loaded from word ``w0`` on; pixel p of row r requantises with table
         ``tables[r][p]`` (default 0)."""
@@ -409,7 +409,7 @@ class _Compiler:
         for r in range(rows):
             for kh in range(KH):
                 body.append(dma_load(
-                    gmem=((row0 + r) * sh + kh) * xb.Wp * Ci,
+                    gmem=gmem0 + ((row0 + r) * sh + kh) * xb.Wp * Ci,
                     spad=patch + r * P * k.Kp + kh * KW * Ci,
                     rows=P, cols=KW * Ci, gmem_stride=sw * Ci, spad_stride=k.Kp,
                     base=GmemBase.ARG0))
@@ -772,6 +772,82 @@ class _Compiler:
             self.tilings[s.name] = Tiling(1, 1)
         self.emit(body, xb.word(-spec.pads[0], -spec.pads[1]), yb.word(0, 0))
 
+    def conv_add_pool_layout(self, spec, add, pool):
+        """A residual branch's last conv, the Add that joins the skip path and the
+        unpadded max-pool after it, per pooled row in one call: the scratchpad layout,
+        or the reason it does not fit. The skip map's rows must lie at a fixed distance
+        from the conv's input rows (the same row step in words)."""
+        R = self.R
+        k = _ConvConsts.layout(spec, R, self.wb)
+        Co, Ci, KH, KW = spec.weight.shape
+        _, OH, OW = self.map_shape(spec.y)
+        pkh, pkw = pool.kernel
+        _, PH, PW = self.map_shape(pool.y)
+        xb = self.buffers.get(spec.x)
+        skip = self.buffers.get(add.b if add.a == spec.y else add.a)
+        if xb is not None and skip is not None and \
+                xb.Wp * Ci * spec.stride[0] != skip.Wp * Co:
+            return None, "the skip map's rows are not a fixed distance from the conv's input"
+        if KW * Ci > _MAX_COLS or k.K > _MAX_K or max(pkh, pkw) > _MAX_WINDOW or \
+                OW * Co > _MAX_COLS:
+            return None, "a window or row beyond the DMA, MATMUL or VPOOL fields"
+        patch = (k.G * k.block) | 1
+        row_buf = patch + pkh * OW * k.Kp
+        skip_buf = row_buf + pkh * OW * Co + R
+        sums = skip_buf + pkh * OW * Co
+        tmp = sums + pkh * OW * Co
+        out = tmp + OW * Co
+        top = out + PW * Co
+        loads = -(-k.G * k.block // _MAX_COLS)
+        insns = loads + 3 + pkh * KH + 1 + (2 + k.planes) * OW * pkh * k.G + 2 + 8 + pkh + \
+            1 + PW + 4
+        if top > self.cfg.spad_words:
+            return None, f"needs {top} scratchpad words, the tile has {self.cfg.spad_words}"
+        if insns > self.cfg.slot_depth:
+            return None, f"needs {insns} micro-instructions, a slot holds {self.cfg.slot_depth}"
+        return (patch, row_buf, skip_buf, sums, tmp, out), None
+
+    def conv_add_pool(self, spec, add, pool):
+        """Per pooled row: the conv rows under it (weights resident), the skip path's
+        rows beside them, VADD, max-pool, store the pooled row: neither the conv's map
+        nor the sum reaches GMEM."""
+        layout, reason = self.conv_add_pool_layout(spec, add, pool)   # now with buffers
+        if layout is None:
+            raise CompileError(f"{spec.name}+{add.name}+{pool.name}", "Fusion", reason)
+        patch, row_buf, skip_buf, sums, tmp, out = layout
+        xb, yb = self.buffers[spec.x], self.buffers[pool.y]
+        conv_first = add.a == spec.y
+        skip = self.buffers[add.b if conv_first else add.a]
+        Co = spec.weight.shape[0]
+        sh = spec.stride[0]
+        pt, pl = spec.pads[0], spec.pads[1]
+        _, OH, OW = self.map_shape(spec.y)
+        pkh, pkw = pool.kernel
+        psh, psw = pool.stride
+        _, PH, PW = self.map_shape(pool.y)
+        n = OW * Co
+        # ARG0: the lower of the conv's first input row and the skip's first row
+        base = min(xb.word(-pt, -pl), skip.word(0, 0))
+        gx, gs = xb.word(-pt, -pl) - base, skip.word(0, 0) - base
+        k = self.conv_constants(spec)
+        conv_cfg = self.vector_cfg(self.T[spec.y].zero_point, spec.lo, spec.hi)
+        body = self.load_const(0, k.at, k.G * k.block) + conv_cfg
+        body += self.conv_rows_body(spec, xb, OW, pkh, row_buf, patch=patch, consts=k,
+                                    groups=range(k.G), pitch=Co, gmem0=gx)
+        body += [dma_load(gmem=gs, spad=skip_buf, rows=pkh, cols=n, gmem_stride=skip.Wp * Co,
+                          spad_stride=n, base=GmemBase.ARG0), wait()] + self.add_cfg(add)
+        for r in range(pkh):
+            conv_row, skip_row = row_buf + r * n, skip_buf + r * n
+            a, b = (conv_row, skip_row) if conv_first else (skip_row, conv_row)
+            body.append(vadd(a=a, b=b, out=sums + r * n, n=n))
+        body += self.pool_rows(sums, OW, Co, pkh, pkw, psw, PW, tmp, out)
+        body += [_DRAIN, dma_store(gmem=0, spad=out, cols=PW * Co, base=GmemBase.ARG1), wait(),
+                 ret()]
+        self.tilings[spec.name] = Tiling(1, OW)
+        for ph in range(PH):
+            h = ph * psh
+            self.emit(body, min(xb.word(h * sh - pt, -pl), skip.word(h, 0)), yb.word(ph, 0))
+
     def pool_rows(self, src, src_w, C, kh, kw, sw, ow, tmp, out):
         """Max-pool ``kh`` rows of ``src_w`` pixels x C channels at ``src`` (row i at
         src + i * src_w * C) into one row of ``ow`` pixels at
@@ -972,6 +1048,8 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
         op = unit.ops[0]
         if unit.kind == "dense chain":
             c.dense_chain([specs[o.name] for o in unit.ops])
+        elif unit.kind == "conv+add+pool":
+            c.conv_add_pool(specs[op.name], unit.ops[1], unit.ops[2])
         elif unit.kind == "add+pool":
             c.add_pool(op, unit.ops[1])
         elif unit.kind == "conv+pool+dense":
@@ -1009,7 +1087,8 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
 @dataclass
 class Unit:
     """Ops compiled into one kernel (one op, or a fused group)."""
-    kind: str                 # "op", "conv+pool", "conv+pool+dense", "add+pool", "dense chain"
+    kind: str                 # "op", "conv+pool", "conv+pool+dense", "conv+add+pool",
+                              # "add+pool", "dense chain"
     ops: list
 
     @property
@@ -1060,6 +1139,12 @@ class _GraphView:
             if c.conv_tiling(spec, _ConvConsts.layout(spec, c.R, c.wb), ops[1]) is None:
                 return None, "conv and pool do not fit one kernel"
             return "conv+pool", None
+        if len(ops) == 3 and isinstance(ops[0], Conv) and isinstance(ops[1], Add) and \
+                isinstance(ops[2], MaxPool):
+            if any(ops[2].pads):
+                return None, "a padded max-pool does not fuse"
+            reason = c.conv_add_pool_layout(self.specs[ops[0].name], ops[1], ops[2])[1]
+            return ("conv+add+pool", None) if reason is None else (None, reason)
         if len(ops) == 2 and isinstance(ops[0], Add) and isinstance(ops[1], MaxPool):
             if any(ops[1].pads):
                 return None, "a padded max-pool does not fuse"
@@ -1074,7 +1159,8 @@ class _GraphView:
                                               [self.specs[op.name] for op in ops[2:]])[1]
             return ("conv+pool+dense", None) if reason is None else (None, reason)
         return None, ("the compiler fuses a conv or an add with a max-pool (a conv's with "
-                      "Dense layers after it), or a chain of Dense layers")
+                      "Dense layers after it, or with the add that joins a residual branch), "
+                      "or a chain of Dense layers")
 
     def units(self, groups):
         """Every op (but Flatten) in a unit, in graph order; ``groups`` fused."""
@@ -1107,7 +1193,8 @@ class _GraphView:
 
 def fusion_kind(graph, config, group):
     """How the compiler would fuse ``group`` (op names): ``"op"``, ``"conv+pool"``,
-    ``"conv+pool+dense"``, ``"add+pool"``, ``"dense chain"``; or raise :class:`CompileError` saying why it cannot."""
+    ``"conv+pool+dense"``, ``"conv+add+pool"``, ``"add+pool"``, ``"dense chain"``; or
+    raise :class:`CompileError` saying why it cannot."""
     view = _GraphView(graph, _Compiler(graph, config, "none", 1))
     members = set(group)
     return next(u.kind for u in view.units([tuple(group)])

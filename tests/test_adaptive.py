@@ -230,3 +230,38 @@ def test_adaptive_on_verilator_matches_the_model(cnn):
     assert stats.swaps == 1 and stats.swap_idle_cycles == 0
     runs = stats.runs_log
     assert runs[-1]["active_cycles"] < runs[0]["active_cycles"]
+
+
+def test_splitting_a_merge_of_a_merge_restores_the_inner_one():
+    """res_add+pool1 merged first, then res2 into it; when the outer merge is split, the
+    inner one is a merged unit again (and can itself be split later)."""
+    graph = _workload("rescnn")
+    config = TileConfig()
+    compiled = lambda g: compile_graph(graph, config, groups=g)       # noqa: E731
+    engine = FusionEngine(graph, config, compiled(static_groups(graph, config)).groups,
+                          compiled)
+    profiler = Profiler()
+    base = [("conv1", _record(2000, 8, dma=400, mac=500)),
+            ("res1", _record(6000, 8, dma=1500, mac=1500)),
+            ("res2", _record(6000, 8, dma=1500, mac=1500, bytes_out=4096)),
+            ("res_add", _record(3000, 8, dma=1500, bytes_out=4096)),
+            ("pool1", _record(1500, 4, dma=600, bytes_out=1024)),
+            ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
+            ("fc", _record(400, 1, dma=200, mac=100))]
+    _window(profiler, base)
+    engine.groups = compiled([("conv2", "pool2")]).groups
+    assert ("res_add", "pool1") in engine.step(compiled(engine.groups), profiler, 0)
+    merged = [u for u in base if u[0] not in ("res_add", "pool1")]
+    merged.insert(3, ("res_add+pool1", _record(2500, 4, dma=900, bytes_out=1024)))
+    _window(profiler, merged)
+    engine.threshold = 10.0                  # measure only: no new merge this step
+    assert engine.step(compiled(engine.groups), profiler, 4) is None
+    engine.threshold = 0.001
+    new = engine.step(compiled(engine.groups), profiler, 8)
+    assert ("res2", "res_add", "pool1") in new and ("res_add", "pool1") not in engine.fused
+    outer = [u for u in merged if u[0] not in ("res2", "res_add+pool1")]
+    outer.insert(2, ("res2+res_add+pool1", _record(99999, 4)))       # much slower
+    _window(profiler, outer)
+    split = engine.step(compiled(engine.groups), profiler, 12)
+    assert ("res2",) in split and ("res_add", "pool1") in split
+    assert ("res_add", "pool1") in engine.fused             # the inner merge is back

@@ -170,6 +170,8 @@ FUSED = {
                              [("conv", "pool", "fc")], "conv+pool+dense"),
     "dense chain": (lambda: _dense_chain(11, 40, 19), [("fc1", "fc2")], "dense chain"),
     "add+pool": (lambda: residual_pool_net(12), [("add", "pool")], "add+pool"),
+    "conv+add+pool": (lambda: residual_pool_net(22), [("conv2", "add", "pool")],
+                      "conv+add+pool"),
     "planes": (lambda: _planes(conv_net(17), 18), [("conv", "pool", "flat", "fc")],
                "conv+pool+dense"),
 }
@@ -342,7 +344,8 @@ def test_verilator_runs_split_layers(name):
 
 
 @pytest.mark.cocotb
-@pytest.mark.parametrize("name", ["conv+pool+dense", "dense chain", "add+pool", "planes"])
+@pytest.mark.parametrize("name", ["conv+pool+dense", "dense chain", "add+pool", "conv+add+pool",
+                                  "planes"])
 def test_verilator_runs_fused_units(name):
     """The fused kinds beyond the static rules on the RTL: bit-identical to the model."""
     require_simulator("verilator")
