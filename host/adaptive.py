@@ -28,7 +28,7 @@ from ..kernels.isa import PlanInstr, PlanOp
 from ..kernels.program import call
 from .fusion import FusionEngine
 from .profiler import Profiler
-from .runner import RunStats, _COUNTED
+from .runner import RunStats, _COUNTED, infer, load_program
 
 
 #: Counters read after every run (the adaptive runtime's own cost, with the trace).
@@ -104,7 +104,10 @@ class AdaptiveStats(RunStats):
     runs_log: list = field(default_factory=list)       # per run: samples, counters, plan
 
     def steady(self):
-        """Counter totals and samples over the runs on the final plan."""
+        """Counter totals and samples over the runs on the final plan (all runs when
+        there was no adapting: the static fallback)."""
+        if not self.runs_log:
+            return {c: getattr(self, c) for c in _PER_RUN} | {"samples": self.samples}
         last = [r for r in self.runs_log if r["plan"] == self.runs_log[-1]["plan"]]
         out = {c: sum(r[c] for r in last) for c in _PER_RUN}
         out["samples"] = sum(r["samples"] for r in last)
@@ -124,8 +127,24 @@ class AdaptiveRunner:
         self.jit_compiles = 0
         self.compile_seconds = 0.0
         self._programs = {}
+        self.pending = None
+        self.fallback = None
         groups = self._start_groups()
-        program = self._compile(groups, jit=False)
+        try:
+            program = self._compile(groups, jit=False)
+        except CompileError as e:
+            if e.op != "Plan":
+                raise
+            # More kernels than slots, or calls than a plan bank: run the static program
+            # segment by segment, without adapting (said in the log and the JSON).
+            self.fallback = compile_graph(graph, cfg, policy="static")
+            self.program = self.fallback
+            self.engine = FusionEngine(graph, cfg, self.fallback.groups, self._fits,
+                                       **engine_args)
+            self.engine.log.append({"run": 0, "action": "static", "units": graph.name,
+                                    "reason": e.reason})
+            load_program(dev, self.fallback)
+            return
         self.engine = FusionEngine(graph, cfg, program.groups, self._fits, **engine_args)
         if self.cache is not None:
             self.engine.refusions.update(self.cache.refused(graph, cfg))
@@ -136,7 +155,6 @@ class AdaptiveRunner:
         self._load(loads)
         dev.load_plan(segment.plan)
         self.program, self.segment = program, segment
-        self.pending = None
 
     # -- programs -----------------------------------------------------------------------
     def _start_groups(self):
@@ -184,6 +202,11 @@ class AdaptiveRunner:
         """Infer ``x`` (int8 ``(N, *input shape)``), adapting between runs. Returns
         ``(y, AdaptiveStats)``."""
         dev, program = self.dev, self.program
+        if self.fallback is not None:
+            y, base = infer(dev, program, x, progress=progress, timeout_cycles=timeout_cycles)
+            return y, AdaptiveStats(**{f: getattr(base, f) for f in (
+                "samples", "runs", "active_cycles", "dma_bytes_in", "dma_bytes_out", "macs",
+                "kernel_calls", "array")})
         wb = self.cfg.word_bytes
         x = np.asarray(x, dtype=np.int8)
         n = len(x)

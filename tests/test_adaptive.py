@@ -265,3 +265,15 @@ def test_splitting_a_merge_of_a_merge_restores_the_inner_one():
     split = engine.step(compiled(engine.groups), profiler, 12)
     assert ("res2",) in split and ("res_add", "pool1") in split
     assert ("res_add", "pool1") in engine.fused             # the inner merge is back
+
+
+def test_a_program_beyond_one_bank_runs_static(cnn):
+    """Fewer kernel slots than the static program has kernels: it runs in segments,
+    which the adaptive runner cannot swap between; it says so and runs them, correctly."""
+    config = TileConfig(kernel_slots=2)
+    xs = _samples(cnn, 8 * 2)
+    runner, y, stats = _adaptive(cnn, xs, config=config)
+    assert runner.fallback is not None and stats.fusions == 0
+    assert runner.engine.log[0]["action"] == "static" and "plan bank" in \
+        runner.engine.log[0]["reason"]
+    assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
