@@ -241,6 +241,7 @@ class AdaptiveRunner:
             raw = dev.read_window("GMEM", program.output.at * wb, program.output.words * wb)
             ys.append(program.output.samples(raw, len(group), wb).reshape(
                 (len(group),) + tuple(out_shape)))
+            self.profiler.observe(g.output, ys[-1])
             if swapping is not None:
                 # The run in flight finished on the old plan; the next runs the new one.
                 # A swap that cost the tile cycles would show in the run it happened in.

@@ -5,10 +5,11 @@ The tile pushes one trace record per kernel call (slot, plan PC, cycles, busy cy
 the DMA engine, the MAC array and the vector unit, bytes in and out; see
 ``kernels/isa.py: TraceRecord``). After each plan run the profiler drains the FIFO in one
 burst (and during a run with more calls than the FIFO holds, whenever a poll finds it
-half full), names the unit each record belongs to (``Segment.units[pc]``) and keeps the runs
-in a rolling window. From the window it builds, per unit, an :class:`UnitProfile`
+half full), names the unit each record belongs to (``Segment.units[pc]``) and keeps the
+runs in a rolling window. From the window it builds, per unit, an :class:`UnitProfile`
 (cycles, unit busy, bytes per inference; compute- or memory-bound) and the order in
-which units ran (which units follow which, for the fusion engine).
+which units ran (which units follow which, for the fusion engine); and the value ranges
+of the tensors the host reads back (:meth:`Profiler.observe`).
 
 Its own cost is measured, not estimated: the bus words it reads
 (``Transport.words_read`` around each drain).
@@ -16,6 +17,8 @@ Its own cost is measured, not estimated: the bus words it reads
 
 from collections import Counter, deque
 from dataclasses import dataclass, fields
+
+import numpy as np
 
 
 __all__ = ["UnitProfile", "Run", "Profiler"]
@@ -82,6 +85,7 @@ class Profiler:
         self.dropped = self._dropped_seen = 0
         self.samples = 0
         self.last_trace = []        # the last run's records, with unit names and starts
+        self.ranges = {}            # tensor -> value range seen (see observe)
 
     def reset(self, dev):
         """Forget every run and drain records left from before."""
@@ -147,6 +151,21 @@ class Profiler:
             units = [u for u, _ in run.calls]
             pairs.update((a, b) for a, b in zip(units, units[1:]) if a != b)
         return pairs
+
+    def observe(self, tensor, values):
+        """Dataflow statistics: fold int8 ``values`` of ``tensor`` (e.g. the outputs the
+        host read back) into its range: {min, max, mean, count, saturated (at -128 or
+        127)} in :attr:`ranges`."""
+        v = np.asarray(values, dtype=np.int64).reshape(-1)
+        if not v.size:
+            return
+        r = self.ranges.setdefault(tensor, {"min": 127, "max": -128, "sum": 0, "count": 0,
+                                            "saturated": 0})
+        r["min"], r["max"] = min(r["min"], int(v.min())), max(r["max"], int(v.max()))
+        r["sum"] += int(v.sum())
+        r["count"] += int(v.size)
+        r["saturated"] += int(np.sum((v == -128) | (v == 127)))
+        r["mean"] = r["sum"] / r["count"]
 
     def window_samples(self):
         return sum(run.samples for run in self.runs)

@@ -92,3 +92,12 @@ def test_profiles_on_the_rtl(cnn):
     _check_totals(program, profiler, stats, counters)
     profiles = profiler.profiles()
     assert profiles["conv2+pool2"].mac_busy > 0 and profiles["fc"].mac_busy > 0
+
+
+def test_value_ranges_of_what_the_host_reads():
+    profiler = Profiler()
+    profiler.observe("y", np.array([[-128, 5], [127, 3]], dtype=np.int8))
+    profiler.observe("y", np.array([[0, -7]], dtype=np.int8))
+    r = profiler.ranges["y"]
+    assert (r["min"], r["max"], r["count"], r["saturated"]) == (-128, 127, 6, 2)
+    assert r["mean"] == pytest.approx((-128 + 5 + 127 + 3 + 0 - 7) / 6)
