@@ -1,7 +1,8 @@
 """The shipped workloads: small int8 networks for the tile, with their builder.
 
-:mod:`.digits` trains an MLP and a CNN on scikit-learn's bundled digits (8 x 8 images,
-10 classes), writes them as ONNX and quantises them to int8 QDQ with onnxruntime. The
-built models ship next to this file (``digits_mlp.onnx``, ``digits_cnn.onnx`` and their
-``*_float.onnx`` originals); :mod:`.build` rebuilds them.
+:mod:`.digits` trains an MLP, a CNN and a residual CNN on scikit-learn's bundled digits
+(8 x 8 images, 10 classes), writes them as ONNX and quantises them to int8 QDQ with
+onnxruntime. The built models ship next to this file (``digits_mlp.onnx``,
+``digits_cnn.onnx``, ``digits_rescnn.onnx`` and their ``*_float.onnx`` originals);
+:mod:`.build` rebuilds them.
 """
