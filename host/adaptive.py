@@ -12,7 +12,8 @@ so changing the program never touches GMEM: only kernels and a plan. Per plan ru
    the next starts on the new one; nothing is lost or run twice);
 3. wait for DONE, let the :class:`~fusetile.host.profiler.Profiler` drain the trace,
    read the outputs;
-4. every ``interval`` runs after the last change, ask the
+4. every ``interval`` runs after the last change (on a short stream, every quarter of
+   it), ask the
    :class:`~fusetile.host.fusion.FusionEngine` for a merge or a split; JIT-compile the
    new grouping (or take it from the :class:`~fusetile.host.cache.KernelCache`).
 """
@@ -218,6 +219,8 @@ class AdaptiveRunner:
         fusions0 = sum(e["action"] == "fuse" for e in self.engine.log)
         defusions0 = sum(e["action"] == "defuse" for e in self.engine.log)
         jit0 = self.jit_compiles
+        # every ``interval`` runs, or sooner on a short stream (a quarter of it)
+        interval = min(self.interval, max(1, -(-n // program.lanes) // 4))
         since_change, ys = 0, []
         last = {c: 0 for c in _PER_RUN}
         for start in range(0, n, program.lanes):
@@ -250,10 +253,9 @@ class AdaptiveRunner:
                 stats.swap_idle_cycles += max(0, int(cycles[-1] - typical))
                 stats.swaps += 1
                 self.program, self.segment = swapping.program, swapping.segment
-                self.profiler.runs.clear()
-                since_change = 0
-            since_change += 1
-            if since_change >= self.interval and self.pending is None:
+                self.profiler.runs.clear()          # measure the new plan afresh
+            since_change = 0 if swapping is not None else since_change + 1
+            if since_change >= interval and self.pending is None:
                 self._adapt(stats.runs)
                 since_change = 0 if self.pending is not None else since_change
             if progress:

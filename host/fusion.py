@@ -159,6 +159,8 @@ class FusionEngine:
     # -- one decision -------------------------------------------------------------------
     def step(self, program, profiler, run):
         """Look at the window; return new groups (a merge or a split) or None."""
+        if not profiler.runs:
+            return None                      # nothing measured since the last change
         profiles = profiler.profiles()
         n_samples = profiler.window_samples() or 1
         runs = max(len(profiler.runs), 1)
