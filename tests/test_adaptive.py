@@ -277,3 +277,13 @@ def test_a_program_beyond_one_bank_runs_static(cnn):
     assert runner.engine.log[0]["action"] == "static" and "plan bank" in \
         runner.engine.log[0]["reason"]
     assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
+
+
+def test_a_short_stream_adapts_within_it(cnn):
+    """Three runs: decide after the first, swap at the end of the second, the third runs
+    the merged plan."""
+    xs = _samples(cnn, 8 * 3)
+    _, y, stats = _adaptive(cnn, xs)
+    assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
+    assert [r["plan"] for r in stats.runs_log] == [0, 0, 1]
+    assert stats.runs_log[2]["active_cycles"] < stats.runs_log[0]["active_cycles"]
