@@ -503,7 +503,7 @@ def test_bias_add_before_quantize_folds(tmp_path):
     assert np.abs(steps).max() <= 1 and np.mean(steps == 0) >= 0.999
 
 
-@pytest.mark.parametrize("name", ["digits_mlp.onnx", "digits_cnn.onnx"])
+@pytest.mark.parametrize("name", ["digits_mlp.onnx", "digits_cnn.onnx", "digits_rescnn.onnx"])
 def test_shipped_workloads(name):
     """The int8 QDQ models shipped in workloads/ import and agree with onnxruntime (the
     MLP flattens its float input before quantising it)."""

@@ -43,7 +43,7 @@ def _run(tmp_path, capsys, path, xs, *extra):
     return np.load(y_file), json.loads(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "rescnn"])
 def test_model_target_matches_onnxruntime(tmp_path, capsys, split, name):
     """Every output within one quantisation step of onnxruntime's, >= 99.9 % identical,
     and the same accuracy on the held-out digits (within 0.5 points)."""
