@@ -64,12 +64,14 @@ def _canonical(value, names):
     return repr(value)
 
 
-def _hash_ops(graph, ops):
+def _hash_ops(graph, ops, ends=()):
+    """sha256 of ``ops`` in a name-free form (tensors numbered in order of appearance),
+    with the shapes and quantisation of their tensors; ``ends`` (the graph's input and
+    output) are named by their numbers too."""
     names = {}
-    text = []
-    for op in ops:
-        text.append(type(op).__name__ + _canonical(op, names))
-    for name, token in sorted(names.items(), key=lambda kv: kv[1]):
+    text = [type(op).__name__ + _canonical(op, names) for op in ops]
+    text.append("ends" + _canonical(list(ends), names))
+    for name, token in sorted(names.items(), key=lambda kv: int(kv[1][1:])):
         t = graph.tensors.get(name)
         if t is not None:
             text.append(f"{token}:{tuple(t.shape)}:{t.scale!r}:{t.zero_point}")
@@ -79,11 +81,7 @@ def _hash_ops(graph, ops):
 def graph_hash(graph):
     """Canonical hash of a whole graph (ops, weights, quantisation, shapes, which
     tensors are its input and output)."""
-    names = {}
-    _canonical([graph.input], names)
-    text = _hash_ops(graph, graph.ops)
-    return hashlib.sha256(f"{text}:{_canonical([graph.input, graph.output], {})}:{names}"
-                          .encode()).hexdigest()
+    return _hash_ops(graph, graph.ops, (graph.input, graph.output))
 
 
 def unit_hash(graph, group):

@@ -287,3 +287,24 @@ def test_a_short_stream_adapts_within_it(cnn):
     assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
     assert [r["plan"] for r in stats.runs_log] == [0, 0, 1]
     assert stats.runs_log[2]["active_cycles"] < stats.runs_log[0]["active_cycles"]
+
+
+def test_the_graph_hash_ignores_names_and_sees_weights(cnn):
+    import copy
+    import dataclasses
+    from fusetile.host.cache import graph_hash
+    renamed = copy.deepcopy(cnn)
+    new = {n: "t_" + n for n in renamed.tensors}
+    renamed.tensors = {new[n]: dataclasses.replace(t, name=new[n])
+                       for n, t in renamed.tensors.items()}
+    for op in renamed.ops:
+        op.name = "op_" + op.name
+        for field in ("x", "y", "a", "b"):
+            if hasattr(op, field):
+                setattr(op, field, new[getattr(op, field)])
+    renamed.input, renamed.output = new[renamed.input], new[renamed.output]
+    assert graph_hash(renamed) == graph_hash(cnn)
+    changed = copy.deepcopy(cnn)
+    changed.ops[0].weight = changed.ops[0].weight.copy()
+    changed.ops[0].weight.flat[0] ^= 1
+    assert graph_hash(changed) != graph_hash(cnn)
