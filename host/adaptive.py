@@ -18,7 +18,7 @@ so changing the program never touches GMEM: only kernels and a plan. Per plan ru
    new grouping (or take it from the :class:`~fusetile.host.cache.KernelCache`).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 import time
 
 import numpy as np
@@ -207,9 +207,7 @@ class AdaptiveRunner:
         dev, program = self.dev, self.program
         if self.fallback is not None:
             y, base = infer(dev, program, x, progress=progress, timeout_cycles=timeout_cycles)
-            return y, AdaptiveStats(**{f: getattr(base, f) for f in (
-                "samples", "runs", "active_cycles", "dma_bytes_in", "dma_bytes_out", "macs",
-                "kernel_calls", "array")})
+            return y, AdaptiveStats(**asdict(base))
         wb = self.cfg.word_bytes
         x = np.asarray(x, dtype=np.int8)
         n = len(x)

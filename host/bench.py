@@ -154,7 +154,7 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
             if progress:
                 progress(done)
         runner = AdaptiveRunner(dev, graph, cache=cache)
-        y, stats = runner.run(x, progress=progress and (lambda n, total: progress(done)))
+        y, stats = runner.run(x)
         steady = stats.steady()
         row = _row(name, "adaptive", target, steady["samples"], steady, runner.program, cfg)
         row["inferences"] = len(x)

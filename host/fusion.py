@@ -31,7 +31,7 @@ split ``max_refusions`` times is never merged again (no thrashing).
 
 from dataclasses import dataclass, field
 
-from ..kernels.compiler import CompileError, fusion_kind
+from ..kernels.compiler import CompileError, fusion_kind, unit_edges
 
 
 __all__ = ["Candidate", "FusionEngine"]
@@ -86,30 +86,6 @@ class FusionEngine:
 
     def __post_init__(self):
         self.groups = [tuple(g) for g in self.groups]
-        self._name = {g: "+".join(g) for g in self.groups}
-        self._ops = {op.name: op for op in self.graph.ops}
-
-    # -- the dependency graph between units ---------------------------------------
-    def edges(self, program):
-        """(producer group, consumer group) pairs where the consumer is the only
-        reader of the producer's output."""
-        alias, readers = {}, {}
-        for op in self.graph.ops:
-            if type(op).__name__ == "Flatten":
-                alias[op.y] = alias.get(op.x, op.x)
-        unit_of = {n: g for g in program.groups for n in g}
-        for op in self.graph.ops:
-            if op.name not in unit_of:
-                continue
-            for name in ([op.a, op.b] if hasattr(op, "a") else [op.x]):
-                readers.setdefault(alias.get(name, name), []).append(unit_of[op.name])
-        out = []
-        for g in program.groups:
-            y = self._ops[g[-1]].y
-            r = readers.get(alias.get(y, y), [])
-            if len(r) == 1 and r[0] != g:
-                out.append((g, r[0]))
-        return out
 
     # -- scoring --------------------------------------------------------------------
     @staticmethod
@@ -118,13 +94,14 @@ class FusionEngine:
         return max(p.cycles - busy, 0) / max(p.calls, 1)
 
     def candidates(self, program, profiler):
-        """Every feasible merge of two adjacent units, scored, best first."""
+        """Every feasible merge of two adjacent units (along the compiler's dependency
+        graph between units, ``unit_edges``), scored, best first."""
         profiles = profiler.profiles()
         runs = max(len(profiler.runs), 1)
         succ = profiler.successions()
         n_samples = profiler.window_samples() or 1
         out = []
-        for a, b in self.edges(program):
+        for a, b in unit_edges(self.graph, self.config, program.groups):
             group = a + b
             if self.refusions.get(group, 0) >= self.max_refusions:
                 continue

@@ -509,15 +509,16 @@ class _Compiler:
             patch = cw + 1                      # odd: never in a weight's bank
             if pool is None:
                 row_buf = patch + P * k.Kp
+                bodies = {}       # an AvgPool's border pixels pick other tables: other bodies
                 for oh in range(OH):
                     for ow0 in range(0, OW, P):
-                        # (an AvgPool's border pixels pick other tables: another body)
-                        tables = [[spec.table(oh, ow0 + p) for p in range(P)]]
-                        call_body = body + self.conv_rows_body(
-                            spec, xb, P, 1, row_buf, patch=patch, consts=k, groups=groups,
-                            pitch=pitch, tables=tables) + [
-                            _DRAIN, self.store_pixels(row_buf, P, pitch, Co), wait(), ret()]
-                        self.emit(call_body, xb.word(oh * sh - pt, ow0 * sw - pl),
+                        tables = tuple(spec.table(oh, ow0 + p) for p in range(P))
+                        if tables not in bodies:
+                            bodies[tables] = body + self.conv_rows_body(
+                                spec, xb, P, 1, row_buf, patch=patch, consts=k, groups=groups,
+                                pitch=pitch, tables=[tables]) + [
+                                _DRAIN, self.store_pixels(row_buf, P, pitch, Co), wait(), ret()]
+                        self.emit(bodies[tables], xb.word(oh * sh - pt, ow0 * sw - pl),
                                   yb.word(oh, ow0) + c0)
                 continue
             # Fused with the max-pool: per pooled row, the conv rows it needs, pooled in
@@ -1206,6 +1207,22 @@ def unit_groups(graph, config, groups):
     units of their own; Flatten is no unit): the form ``Program.groups`` has."""
     view = _GraphView(graph, _Compiler(graph, config, "none", 1))
     return [tuple(op.name for op in u.ops) for u in view.units(groups)]
+
+
+def unit_edges(graph, config, groups):
+    """The dependency graph between the units ``groups`` (as ``Program.groups``):
+    (producer, consumer) pairs where the consumer is the only unit that reads the
+    producer's output."""
+    view = _GraphView(graph, _Compiler(graph, config, "none", 1))
+    unit_of = {n: tuple(g) for g in groups for n in g}
+    by_name = {op.name: op for op in graph.ops}
+    out = []
+    for g in map(tuple, groups):
+        y = by_name[g[-1]].y
+        readers = [unit_of[op.name] for op in view.consumers.get(view.alias.get(y, y), [])]
+        if len(readers) == 1 and readers[0] != g:
+            out.append((g, readers[0]))
+    return out
 
 
 def static_groups(graph, config):

@@ -151,15 +151,20 @@ def _window(profiler, units, runs=8, samples=8):
         profiler.runs.append(Run(samples, list(units)))
 
 
+def _cnn_static_window():
+    """Measured-looking calls of the CNN's static units, one run of 8 samples."""
+    return [("conv1+pool1", _record(4000, 4, dma=800, mac=1000, bytes_out=512)),
+            ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
+            ("fc", _record(400, 1, dma=200, mac=100))]
+
+
 def test_a_merge_that_does_not_pay_is_split_and_not_retried(cnn):
     config = TileConfig()
     groups = [tuple(g) for g in compile_graph(cnn, config, policy="static").groups]
     compiled = lambda g: compile_graph(cnn, config, groups=g)         # noqa: E731
     engine = FusionEngine(cnn, config, groups, compiled, max_refusions=2)
     profiler = Profiler()
-    parts = [("conv1+pool1", _record(4000, 4, dma=800, mac=1000, bytes_out=512)),
-             ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
-             ("fc", _record(400, 1, dma=200, mac=100))]
+    parts = _cnn_static_window()
     for attempt in range(2):
         _window(profiler, parts)
         program = compiled(engine.groups)
@@ -186,9 +191,7 @@ def test_the_threshold_adapts_to_measured_gains(cnn, paid, direction):
     compiled = lambda g: compile_graph(cnn, config, groups=g)         # noqa: E731
     engine = FusionEngine(cnn, config, groups, compiled, threshold=0.01)
     profiler = Profiler()
-    parts = [("conv1+pool1", _record(4000, 4, dma=800, mac=1000, bytes_out=512)),
-             ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
-             ("fc", _record(400, 1, dma=200, mac=100))]
+    parts = _cnn_static_window()
     _window(profiler, parts)
     assert engine.step(compiled(engine.groups), profiler, run=0) is not None
     predicted = engine.log[-1]["predicted_cycles_saved"] * 8          # per run of 8
@@ -204,9 +207,7 @@ def test_a_rare_merged_unit_is_split(cnn):
     engine = FusionEngine(cnn, config, compiled(static_groups(cnn, config)).groups,
                           compiled, rare=0.5)
     profiler = Profiler()
-    parts = [("conv1+pool1", _record(4000, 4, dma=800, mac=1000, bytes_out=512)),
-             ("conv2+pool2", _record(5000, 2, dma=1500, mac=2500, bytes_out=256)),
-             ("fc", _record(400, 1, dma=200, mac=100))]
+    parts = _cnn_static_window()
     _window(profiler, parts)
     engine.step(compiled(engine.groups), profiler, run=0)
     # the stream changes: the merged unit now runs in 2 of 8 runs (and pays when it does)
