@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile ec09952c28a5ba6d. */
+ * Generated for hardware profile a46355242997bd34. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         1
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "ec09952c28a5ba6d"
+#define FT_PROFILE_HASH                          "a46355242997bd34"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -20,7 +20,7 @@
 #define FT_CFG_SPAD_BANKS                        4
 #define FT_CFG_SPAD_BANK_WORDS                   512
 #define FT_CFG_PARTITIONS                        8
-#define FT_CFG_KERNEL_SLOTS                      8
+#define FT_CFG_KERNEL_SLOTS                      16
 #define FT_CFG_SLOT_DEPTH                        256
 #define FT_CFG_PLAN_DEPTH                        128
 #define FT_CFG_GMEM_BYTES                        65536
@@ -34,7 +34,7 @@
 #define FT_VERSION_VALUE                         0x00000100u
 #define FT_HWCFG_ARRAY_VALUE                     0x00080808u
 #define FT_HWCFG_SPAD_VALUE                      0x08040200u
-#define FT_HWCFG_CTRL_VALUE                      0x04D57808u
+#define FT_HWCFG_CTRL_VALUE                      0x04D57810u
 #define FT_HWCFG_GMEM_VALUE                      0x00010000u
 
 /* Regions. */
@@ -244,7 +244,7 @@
 
 /* SLOT[i]: Kernel slot i. Refused while slot i executes. */
 #define FT_SLOT_ADDR(i)                          (0x0180u + 0x4u * (i))
-#define FT_SLOT_COUNT                            8
+#define FT_SLOT_COUNT                            16
 #define FT_SLOT_RESET                            0x00000000u
 #define FT_SLOT_VALID_SHIFT                      0
 #define FT_SLOT_VALID_MASK                       0x00000001u  /* RW */
@@ -302,10 +302,10 @@
 #define FT_BANK_CONFLICTS_HI_ADDR                0x04B4u
 #define FT_SLOT_CALLS_LO_ADDR(i)                 (0x0600u + 0x10u * (i))
 #define FT_SLOT_CALLS_HI_ADDR(i)                 (0x0604u + 0x10u * (i))
-#define FT_SLOT_CALLS_COUNT                      8
+#define FT_SLOT_CALLS_COUNT                      16
 #define FT_SLOT_CYCLES_LO_ADDR(i)                (0x0608u + 0x10u * (i))
 #define FT_SLOT_CYCLES_HI_ADDR(i)                (0x060Cu + 0x10u * (i))
-#define FT_SLOT_CYCLES_COUNT                     8
+#define FT_SLOT_CYCLES_COUNT                     16
 #define FT_BRANCH_TAKEN_LO_ADDR(i)               (0x0700u + 0x10u * (i))
 #define FT_BRANCH_TAKEN_HI_ADDR(i)               (0x0704u + 0x10u * (i))
 #define FT_BRANCH_TAKEN_COUNT                    8
@@ -351,7 +351,7 @@
 #define FT_PLAN_SPAN                             0x400u
 #define FT_PLAN_ELEMENT_BITS                     64
 #define FT_KERNEL_BASE(i)                        (0x00020000u + 0x1000u * (i))
-#define FT_KERNEL_COUNT                          8
+#define FT_KERNEL_COUNT                          16
 #define FT_KERNEL_SIZE                           0x1000u
 #define FT_KERNEL_SPAN                           0x1000u
 #define FT_KERNEL_ELEMENT_BITS                   128

@@ -85,7 +85,7 @@ class ComputeUnit(wiring.Component):
     VCLAMP     ``n + 9``
     VPOOL      ``n * window + 9``
     VCMP       words read ``+ 9`` (1 word without ``reduce``)
-    VARGMAX    ``ceil(n / W) + 9``
+    VARGMAX    ``ceil(n / W) + 9``; with ``column`` ``n + 9``
     VCFG       0
     =========  =========================================================
 
@@ -105,8 +105,10 @@ class ComputeUnit(wiring.Component):
     are a second line of defence that keeps the unit safe on its own.
 
     * ILLEGAL_MICRO (on acceptance, nothing is done): an opcode that is not a compute
-      operation, VPOOL with ``window`` 0, VARGMAX with ``n`` 0, VCFG of a register other
-      than the 8 of :class:`~fusetile.kernels.isa.VectorCfg`. ``fault_addr`` = the low
+      operation, VPOOL with ``window`` 0, VARGMAX with ``n`` 0, with ``column`` and
+      ``lane`` >= W, with a ``lane`` but no ``column`` or with a ``flag`` or ``expect``
+      but no ``test``, VCFG of a register other than the 8 of
+      :class:`~fusetile.kernels.isa.VectorCfg`. ``fault_addr`` = the low
       32 bits of the micro-instruction (``op``, two 0 bits, ``args``), ``fault_part`` 0.
     * PARTITION: the first access (in program order: for each output its inputs, then
       the output) outside the partition; ``fault_addr`` = its offset (offsets past
@@ -153,7 +155,8 @@ class ComputeUnit(wiring.Component):
     abort : In(1)
         Drop the current command at once, clear the fault.
     flag_we : Out(1)
-        One-cycle pulse: VCMP writes ``flag_value`` to flag register ``flag_sel``.
+        One-cycle pulse: VCMP, or VARGMAX with ``test`` (in the cycle of ``index_we``),
+        writes ``flag_value`` to flag register ``flag_sel``.
     flag_sel : Out(3)
     flag_value : Out(1)
     index_we : Out(1)
@@ -457,10 +460,13 @@ class ComputeUnit(wiring.Component):
             alu_in.average.eq(vpool.average),
             alu_in.pairs.eq(vpool.pairs),
             alu_in.reduce.eq(vcmp.reduce),
+            alu_in.column.eq(vargmax.column),
             alu_in.lane.eq(Mux(is_op[MicroOp.VCMP], vcmp.lane,
-                               vargmax.n - 1)[:len(alu_in.lane)]),
+                               Mux(vargmax.column, vargmax.lane,
+                                   vargmax.n - 1))[:len(alu_in.lane)]),
             alu_in.cmp.eq(vcmp.op),
             alu_in.imm.eq(vcmp.imm),
+            alu_in.expect.eq(vargmax.expect),
             alu_in.lo.eq(vclamp.lo),
             alu_in.hi.eq(vclamp.hi),
             alu.regs.eq(regs),
@@ -509,10 +515,11 @@ class ComputeUnit(wiring.Component):
                 w_row.eq(w_row + vpool.in_step),
             ]
 
-        # Flag and index registers.
+        # Flag and index registers: a VARGMAX with `test` writes both in one cycle.
         m.d.comb += [
-            self.flag_we.eq(running & alu_out & alu.o.valid & is_op[MicroOp.VCMP]),
-            self.flag_sel.eq(vcmp.flag),
+            self.flag_we.eq(running & alu_out & alu.o.valid &
+                            (is_op[MicroOp.VCMP] | (is_op[MicroOp.VARGMAX] & vargmax.test))),
+            self.flag_sel.eq(Mux(is_op[MicroOp.VARGMAX], vargmax.flag, vcmp.flag)),
             self.flag_value.eq(alu.o.payload.flag),
             self.index_we.eq(running & alu_out & alu.o.valid & is_op[MicroOp.VARGMAX]),
             self.index_sel.eq(vargmax.index),
@@ -644,13 +651,16 @@ class ComputeUnit(wiring.Component):
                         base_a.eq(pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
                     ]
                 with m.Case(MicroOp.VARGMAX):
-                    with m.If(pa.vargmax.n == 0):
+                    va = pa.vargmax
+                    with m.If((va.n == 0) |
+                              Mux(va.column, va.lane >= wb, va.lane != 0) |
+                              (~va.test & ((va.flag != 0) | (va.expect != 0)))):
                         self._illegal(m, stop, p)
                     with m.Else():
                         m.d.sync += [
                             running.eq(1),
-                            total.eq(((pa.vargmax.n - 1) >> lane_bits) + 1),
-                            base_a.eq(pa.vargmax.addr),
+                            total.eq(Mux(va.column, va.n, ((va.n - 1) >> lane_bits) + 1)),
+                            base_a.eq(va.addr),
                         ]
                 with m.Case(MicroOp.VCFG):
                     value = pa.vcfg.value

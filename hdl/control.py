@@ -121,7 +121,7 @@ class ControlUnit(wiring.Component):
         The CYCLES counter, stamped into trace records.
     flag_we, flag_value : In(1)
     flag_sel : In(3)
-        A vector instruction (VCMP) writes flag ``flag_sel``.
+        A vector instruction (VCMP, or VARGMAX with ``test``) writes flag ``flag_sel``.
     index_we : In(1)
     index_sel : In(2)
     index_value : In(16)

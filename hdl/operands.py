@@ -40,8 +40,10 @@ class OperandCheck(wiring.Component):
     args : In(MicroArgs)
         The micro-instruction.
     illegal : Out(1)
-        An operand is out of its range (VPOOL ``window`` 0, VARGMAX ``n`` 0, VCFG of a
-        register that does not exist); ``ends`` and ``used`` are then meaningless.
+        An operand is out of its range (VPOOL ``window`` 0; VARGMAX ``n`` 0, ``lane``
+        >= ``word_bytes`` with ``column`` or not 0 without it, ``flag`` or ``expect``
+        not 0 without ``test``; VCFG of a register that does not exist); ``ends`` and
+        ``used`` are then meaningless.
     used : Out(MAX_OPERANDS)
     ends : Out(ArrayLayout(32, MAX_OPERANDS))
         The largest partition offset each operand touches.
@@ -118,8 +120,10 @@ class OperandCheck(wiring.Component):
             with m.Case(MicroOp.VARGMAX):
                 va = a.vargmax
                 lane_bits = (W - 1).bit_length()
-                m.d.comb += self.illegal.eq(va.n == 0)
-                spans((va.addr, (va.n - 1) >> lane_bits))
+                m.d.comb += self.illegal.eq(
+                    (va.n == 0) | Mux(va.column, va.lane >= W, va.lane != 0) |
+                    (~va.test & ((va.flag != 0) | (va.expect != 0))))
+                spans((va.addr, Mux(va.column, va.n - 1, (va.n - 1) >> lane_bits)))
             with m.Case(MicroOp.VCFG):
                 m.d.comb += self.illegal.eq(a.vcfg.reg.as_value() >
                                                  max(r.value for r in VectorCfg))

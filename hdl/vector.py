@@ -260,7 +260,9 @@ class VectorOp(enum.Enum, shape=3):
     VPOOL   = 1   #: reduction: result = arith.vpool(words first..last, average, pairs, ...)
     VCLAMP  = 2   #: result = arith.vclamp(a, lo, hi)
     VCMP    = 3   #: reduction: flag = arith.vcmp(lane (or max of lanes), cmp, imm)
-    VARGMAX = 4   #: reduction: index = arith.vargmax(lanes of words first..last)
+    VARGMAX = 4   #: reduction: index = arith.vargmax(lanes of words first..last), or
+                  #: with ``column`` arith.vargmax_column(words first..last, lane);
+                  #: flag = arith.vargmax_test(index, expect)
 
 
 class VectorRegs(data.Struct):
@@ -294,12 +296,18 @@ def vector_input_layout(lanes):
         VPOOL: average instead of max; combine lane pairs too.
     reduce : 1
         VCMP: the max of lanes instead of one lane.
+    column : 1
+        VARGMAX: the argmax of lane ``lane`` over the words (a word number) instead of
+        the argmax of all their lanes (a lane number).
     lane : range(lanes)
         VCMP: the lane compared (without ``reduce``). VCMP with ``reduce`` and VARGMAX:
-        in the ``last`` word, lanes above ``lane`` are ignored.
+        in the ``last`` word, lanes above ``lane`` are ignored. VARGMAX with
+        ``column``: the lane of every word.
     cmp : CmpOp
     imm : signed(8)
         VCMP: the comparison and the immediate.
+    expect : 16
+        VARGMAX: the value its ``flag`` compares the result with.
     lo, hi : signed(8)
         VCLAMP bounds.
     """
@@ -314,9 +322,11 @@ def vector_input_layout(lanes):
         "average": 1,
         "pairs":   1,
         "reduce":  1,
+        "column":  1,
         "lane":    _lane_bits(lanes),
         "cmp":     CmpOp,
         "imm":     signed(8),
+        "expect":  16,
         "lo":      signed(8),
         "hi":      signed(8),
     })
@@ -336,9 +346,10 @@ def vector_output_layout(lanes):
     sat_count : range(lanes + 1)
         The number of bits set in ``saturated`` (for the saturation counter).
     flag : 1
-        VCMP: the flag.
+        VCMP: the flag. VARGMAX: ``index == expect``.
     index : 16
-        VARGMAX: the lane number (counted across the reduction's words).
+        VARGMAX: the lane number (counted across the reduction's words), or with
+        ``column`` the word number (counted from ``first``).
     """
     _check_lanes(lanes)
     return data.StructLayout({
@@ -407,12 +418,15 @@ class VectorAlu(wiring.Component):
       word_bytes``, ``lane`` = lane % word_bytes (used with the last word). ``cmp``,
       ``imm`` with the last word.
     * VARGMAX: words ``addr .. addr + (n - 1) // word_bytes``, ``lane`` =
-      ``(n - 1) % word_bytes`` (used with the last word).
+      ``(n - 1) % word_bytes`` (used with the last word); with ``column``, words
+      ``addr .. addr + n - 1`` and the ``lane`` (with every word). ``expect`` with the
+      last word.
 
     Pipeline (``LATENCY`` = 8): input registers; operand preparation and the
-    reductions (VPOOL sums and maxima, VCMP maximum, VARGMAX best lane, VCLAMP);
-    partial products; their sum; shift and sticky; rounding and zero point; clamp;
-    output register. VADD is ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL
+    reductions (VPOOL sums and maxima, VCMP maximum, VARGMAX best lane or word,
+    VCLAMP); partial products (VCMP's comparison, VARGMAX's test); their sum; shift and
+    sticky; rounding and zero point; clamp; output register. VADD is
+    ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL
     average is ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers.
 
     Parameters
@@ -512,24 +526,30 @@ class VectorAlu(wiring.Component):
         # lane is always counted and masked lanes are -128, so they never win.
         masked = [Mux(s1.last & (j > s1.lane), -128, a[j]) for j in range(lanes)]
         word_max, word_arg = _argmax(m, masked, "word")
+        lane_value = _wire(m, Array(a)[s1.lane], "lane_value")   # VCMP, VARGMAX column
         cmp_max = Signal(signed(8), name="cmp_max")
-        cmp_value = _wire(m, Mux(s1.reduce, word_max, Array(a)[s1.lane]), "cmp_value")
+        cmp_value = _wire(m, Mux(s1.reduce, word_max, lane_value), "cmp_value")
         cmp_merged = Mux(s1.first, cmp_value, _max(m, cmp_max, cmp_value, "cmp_merged_max"))
         with m.If(s1_valid & (op == VectorOp.VCMP)):
             m.d.sync += cmp_max.eq(cmp_merged)
 
+        # VARGMAX: each word's candidate (its best lane, or with `column` its lane
+        # `lane`) against the best so far; a later word wins only when larger, so the
+        # lowest index wins ties. Index: word number and lane, or the word number.
         lane_bits = _lane_bits(lanes) if lanes > 1 else 0
-        word_no = Signal(16 - lane_bits, name="argmax_word")   # words since `first`
+        word_no = Signal(16, name="argmax_word")               # words since `first`
         best_value = Signal(signed(8), name="argmax_value")
         best_index = Signal(16, name="argmax_index")
         this_word = _wire(m, Mux(s1.first, 0, word_no), "argmax_this_word")
-        this_index = Cat(word_arg[:lane_bits], this_word) if lane_bits else this_word
-        take = _wire(m, s1.first | (word_max > best_value), "argmax_take")
+        packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
+        this_value = _wire(m, Mux(s1.column, lane_value, word_max), "argmax_this_value")
+        this_index = _wire(m, Mux(s1.column, this_word, packed_index), "argmax_this_index")
+        take = _wire(m, s1.first | (this_value > best_value), "argmax_take")
         arg_index = _wire(m, Mux(take, this_index, best_index), "argmax_new_index")
         with m.If(s1_valid & (op == VectorOp.VARGMAX)):
             m.d.sync += [
                 word_no.eq(this_word + 1),
-                best_value.eq(Mux(take, word_max, best_value)),
+                best_value.eq(Mux(take, this_value, best_value)),
                 best_index.eq(arg_index),
             ]
 
@@ -563,6 +583,7 @@ class VectorAlu(wiring.Component):
                               ((op == VectorOp.VPOOL) & s1.average), "s2_scaled")
         s2_cmp = _register(m, s1.cmp, "s2_cmp")
         s2_imm = _register(m, s1.imm, "s2_imm")
+        s2_expect = _register(m, s1.expect, "s2_expect")
         s2_regs = _register(m, s1_regs, "s2_regs")
 
         # Stages 3..7: (opa * MULT_A + opb * MULT_B) requantised.
@@ -573,17 +594,21 @@ class VectorAlu(wiring.Component):
         scaled, saturated = _round_clamp(m, prods, s4_regs.shift, s4_regs.zp_out,
                                          s4_regs.lo, s4_regs.hi, "rq")
 
-        # Stage 3: VCMP's comparison (its operand is ready at stage 2).
+        # Stage 3: VCMP's comparison and VARGMAX's test (their operands are ready at
+        # stage 2).
         flag = Signal(name="s3_flag")
-        with m.Switch(s2_cmp):
-            with m.Case(CmpOp.GE):
-                m.d.sync += flag.eq(value >= s2_imm)
-            with m.Case(CmpOp.GT):
-                m.d.sync += flag.eq(value > s2_imm)
-            with m.Case(CmpOp.LT):
-                m.d.sync += flag.eq(value < s2_imm)
-            with m.Case(CmpOp.EQ):
-                m.d.sync += flag.eq(value == s2_imm)
+        with m.If(s2_op == VectorOp.VARGMAX):
+            m.d.sync += flag.eq(index == s2_expect)
+        with m.Else():
+            with m.Switch(s2_cmp):
+                with m.Case(CmpOp.GE):
+                    m.d.sync += flag.eq(value >= s2_imm)
+                with m.Case(CmpOp.GT):
+                    m.d.sync += flag.eq(value > s2_imm)
+                with m.Case(CmpOp.LT):
+                    m.d.sync += flag.eq(value < s2_imm)
+                with m.Case(CmpOp.EQ):
+                    m.d.sync += flag.eq(value == s2_imm)
 
         # Stage 8: output register; pairs leave the upper half of the lanes 0.
         valid = [s2_valid]                      # valid[k]: stage 2 + k
@@ -610,7 +635,7 @@ class VectorAlu(wiring.Component):
             out.op.eq(s7_op),
             out.saturated.eq(Cat(*out_sat)),
             out.sat_count.eq(sum(out_sat)),
-            out.flag.eq((s7_op == VectorOp.VCMP) & s7_flag),
+            out.flag.eq(((s7_op == VectorOp.VCMP) | (s7_op == VectorOp.VARGMAX)) & s7_flag),
             out.index.eq(Mux(s7_op == VectorOp.VARGMAX, s7_index, 0)),
         ]
 

@@ -28,12 +28,16 @@ from ..kernels.compiler import (CompileError, Segment, compile_graph, static_gro
 from ..kernels.isa import PlanInstr, PlanOp
 from ..kernels.program import call
 from .fusion import FusionEngine
+from ..kernels.graph import Select
 from .profiler import Profiler
 from .runner import RunStats, _COUNTED, infer, load_program
+from .speculation import SpeculationStats, Speculator
 
 
 #: Counters read after every run (the adaptive runtime's own cost, with the trace).
 _PER_RUN = ("active_cycles", "dma_bytes_in", "dma_bytes_out", "macs")
+#: ... and with speculation.
+_PER_SPEC_RUN = ("spec_hits", "spec_misses", "rollback_cycles")
 
 
 __all__ = ["SlotTable", "AdaptiveRunner"]
@@ -73,14 +77,19 @@ class SlotTable:
             where[s] = slot
             taken.add(slot)
             loads[slot] = tuple(body)
-        plan = []
-        for instr in segment.plan:
-            v = PlanInstr.from_bits(instr)
-            if v.op == PlanOp.CALL:
-                instr = call(where[int(v.sel)], a=int(v.a), b=int(v.b))
-            plan.append(instr)
+        def relink(plan):
+            out = []
+            for instr in plan:
+                v = PlanInstr.from_bits(instr)
+                if v.op == PlanOp.CALL:
+                    instr = call(where[int(v.sel)], a=int(v.a), b=int(v.b))
+                out.append(instr)
+            return out
+
         kernels = {where[s]: list(b) for s, b in segment.kernels.items()}
-        return Segment(kernels, plan, list(segment.units)), loads
+        fallback = None if segment.fallback is None else relink(segment.fallback)
+        return Segment(kernels, relink(segment.plan), list(segment.units), fallback,
+                       segment.fallback_units), loads
 
     def commit(self, loads):
         for slot, body in loads.items():
@@ -103,13 +112,19 @@ class AdaptiveStats(RunStats):
     swaps: int = 0
     swap_idle_cycles: int = 0
     runs_log: list = field(default_factory=list)       # per run: samples, counters, plan
+    speculation: SpeculationStats = None
 
     def steady(self):
         """Counter totals and samples over the runs on the final plan (all runs when
-        there was no adapting: the static fallback)."""
+        there was no adapting: the static fallback); with speculation, whose plan
+        changes from run to run, over the last three quarters of the runs (the first
+        quarter trains the predictors and measures the paths)."""
         if not self.runs_log:
             return {c: getattr(self, c) for c in _PER_RUN} | {"samples": self.samples}
-        last = [r for r in self.runs_log if r["plan"] == self.runs_log[-1]["plan"]]
+        if self.speculation is not None:
+            last = self.runs_log[len(self.runs_log) // 4:]
+        else:
+            last = [r for r in self.runs_log if r["plan"] == self.runs_log[-1]["plan"]]
         out = {c: sum(r[c] for r in last) for c in _PER_RUN}
         out["samples"] = sum(r["samples"] for r in last)
         return out
@@ -147,6 +162,7 @@ class AdaptiveRunner:
             load_program(dev, self.fallback)
             return
         self.engine = FusionEngine(graph, cfg, program.groups, self._fits, **engine_args)
+        self.speculator = None
         if self.cache is not None:
             self.engine.refusions.update(self.cache.refused(graph, cfg))
         dev.write_window("GMEM", 0, program.gmem)
@@ -156,6 +172,9 @@ class AdaptiveRunner:
         self._load(loads)
         dev.load_plan(segment.plan)
         self.program, self.segment = program, segment
+        if any(isinstance(op, Select) for op in graph.ops):
+            # A data-dependent choice: speculation merges across it (and owns the banks).
+            self.speculator = Speculator(dev, graph, self.slots, program, segment)
 
     # -- programs -----------------------------------------------------------------------
     def _start_groups(self):
@@ -216,16 +235,22 @@ class AdaptiveRunner:
         self.profiler.reset(dev)
         dev.clear_counters()
         stats = AdaptiveStats(n, 0, 0, 0, 0, 0, 0, array=self.cfg.rows * self.cfg.cols)
+        spec = self.speculator
+        counted = _PER_RUN + (_PER_SPEC_RUN if spec else ())
+        if spec is not None:
+            stats.speculation = spec.stats
         fusions0 = sum(e["action"] == "fuse" for e in self.engine.log)
         defusions0 = sum(e["action"] == "defuse" for e in self.engine.log)
         jit0 = self.jit_compiles
         # every ``interval`` runs, or sooner on a short stream (a quarter of it)
         interval = min(self.interval, max(1, -(-n // program.lanes) // 4))
         since_change, ys = 0, []
-        last = {c: 0 for c in _PER_RUN}
+        last = {c: 0 for c in counted}
         for start in range(0, n, program.lanes):
             group = x[start:start + program.lanes]
             dev.write_window("GMEM", program.input.at * wb, program.input.image(group, wb))
+            if spec is not None:                  # one sample per run
+                guess, predicted, guesses = spec.before(group[0], stats.runs)
             dev.start()
             swapping = self.pending
             if swapping is not None:              # load while the tile runs
@@ -234,11 +259,19 @@ class AdaptiveRunner:
                 self.pending = None
             dev.wait_done(timeout_cycles=timeout_cycles,
                           on_poll=lambda: self.profiler.poll(dev))
-            now = {c: int(dev.counter(c)) for c in _PER_RUN}
+            now = {c: int(dev.counter(c)) for c in counted}
+            delta = {c: now[c] - last[c] for c in counted}
             stats.runs_log.append({"samples": len(group), "plan": stats.swaps,
-                                   **{c: now[c] - last[c] for c in _PER_RUN}})
-            self.profiler.collect(dev, self.segment, len(group),
-                                  cycles=stats.runs_log[-1]["active_cycles"])
+                                   **{c: delta[c] for c in _PER_RUN}})
+            if spec is None:
+                self.profiler.collect(dev, self.segment, len(group),
+                                      cycles=delta["active_cycles"])
+            else:
+                self.profiler.collect(dev, self.segment if guess is None else
+                                      spec.plans[guess], 1, cycles=delta["active_cycles"],
+                                      bank=spec.active)
+                path = spec.after(group[0], stats.runs, guess, predicted, guesses, delta)
+                self.profiler.route(spec.select.name, path)
             last = now
             stats.runs += 1
             raw = dev.read_window("GMEM", program.output.at * wb, program.output.words * wb)
@@ -255,7 +288,7 @@ class AdaptiveRunner:
                 self.program, self.segment = swapping.program, swapping.segment
                 self.profiler.runs.clear()          # measure the new plan afresh
             since_change = 0 if swapping is not None else since_change + 1
-            if since_change >= interval and self.pending is None:
+            if since_change >= interval and self.pending is None and spec is None:
                 self._adapt(stats.runs)
                 since_change = 0 if self.pending is not None else since_change
             if progress:

@@ -82,7 +82,10 @@ def isa_suite(dev, *, sizes=ISA_SIZES, progress=None):
 # -- workloads under the three policies -------------------------------------------------
 
 #: The shipped workloads the ``workloads`` suite runs (``workloads/digits_<name>.onnx``).
-WORKLOADS = ("mlp", "cnn", "rescnn")
+WORKLOADS = ("mlp", "cnn", "rescnn", "exit", "moe")
+
+#: The counters of a speculative region (the ``speculation`` object of a row).
+_SPEC = ("spec_hits", "spec_misses", "rollback_cycles")
 
 #: The clock the warm-up figure converts host compile time at (issue 7's goal for the
 #: ULX3S build): the tile keeps running while the host compiles, so the compile costs
@@ -118,12 +121,32 @@ def _row(name, policy, target, samples, totals, program, cfg):
     }
 
 
+def _speculation(counters, stats=None):
+    """A row's ``speculation`` object: hits, misses and rollback latency from the
+    tile's counters; the predictor's accuracy (adaptive only)."""
+    if stats is not None:
+        return stats.summary() | {"windows": stats.windows(), "log": stats.log}
+    misses = counters["spec_misses"]
+    return {"hits": counters["spec_hits"], "misses": misses, "rollbacks": misses,
+            "rollback_cycles": counters["rollback_cycles"] / misses if misses else 0,
+            "predictor_accuracy": None, "speculated_runs": 0}
+
+
+def _is_flow(graph):
+    from ..kernels.graph import Select
+    return any(isinstance(op, Select) for op in graph.ops)
+
+
 def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target="?",
                    cache=None, progress=None):
     """Every shipped workload under ``none``, ``static`` and ``adaptive`` on ``dev``:
     rows of the ``fusetile bench`` JSON (see docs/performance.md). ``adaptive``'s cycle
-    figures are its steady state: the runs on the plan it settled on, and its row
-    carries the trace of its last run (``trace``, for ``fusetile report``)."""
+    figures are its steady state: the runs on the plan it settled on (with speculation,
+    the last three quarters of the runs), and its row carries the trace of its last run
+    (``trace``, for ``fusetile report``). The data-dependent workloads' rows carry
+    ``speculation``; they also run ``adaptive`` on the same digits sorted by class (a
+    distribution shift), a row with ``stream`` ``"class-sorted"`` whose speculation
+    has per-window figures."""
     from ..kernels.compiler import compile_graph
     from ..workloads.digits import load_split
     from .adaptive import AdaptiveRunner
@@ -131,10 +154,42 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
 
     cfg = dev.config
     if x_by_name is None:
-        x_test = load_split()[2][:samples]
+        _, _, x_test, y_test = load_split()
+        x_test, y_test = x_test[:samples], y_test[:samples]
     results, done = [], 0
+
+    def mismatches(y, ref):
+        return int(np.sum(np.any((y != ref).reshape(len(y), -1), axis=1)))
+
+    def adaptive(name, graph, x, ref, stream):
+        runner = AdaptiveRunner(dev, graph, cache=cache)
+        y, stats = runner.run(x)
+        steady = stats.steady()
+        row = _row(name, "adaptive", target, steady["samples"], steady, runner.program, cfg)
+        row["inferences"] = len(x)
+        row.update(stream=stream, fusions=stats.fusions, defusions=stats.defusions,
+                   swap_idle_cycles=stats.swap_idle_cycles, jit_compiles=stats.jit_compiles,
+                   output_mismatches=mismatches(y, ref), fusion_log=runner.engine.log,
+                   trace=runner.profiler.last_trace,
+                   profiler_reads_per_inference=runner.profiler.reads_per_inference())
+        static = next(r for r in results if r["workload"] == name and r["policy"] == "static")
+        saved = static["cycles_per_inference"] - row["cycles_per_inference"]
+        seconds = runner.compile_seconds
+        if runner.speculator is not None:
+            row["speculation"] = _speculation(None, stats.speculation)
+            row["routes"] = {k: dict(v) for k, v in runner.profiler.routes.items()}
+            first = len(x) // 4
+            seconds += runner.speculator.compile_seconds
+        else:
+            first = sum(r["samples"] for r in stats.runs_log
+                        if r["plan"] < stats.runs_log[-1]["plan"])
+        row["warmup_inferences"] = (first + int(np.ceil(seconds * CLOCK_HZ / saved))) \
+            if saved > 0 else None
+        return row
+
     for name in names:
         graph = _workload(name)
+        flow = _is_flow(graph)
         shape = tuple(graph.tensors[graph.input].shape)
         x = graph.quantize_input(x_test.reshape((len(x_test),) + shape)) \
             if x_by_name is None else x_by_name[name]
@@ -146,31 +201,21 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
             totals = {c: getattr(stats, c) for c in ("active_cycles", "dma_bytes_in",
                                                      "dma_bytes_out", "macs")}
             row = _row(name, policy, target, len(x), totals, program, cfg)
-            row["output_mismatches"] = int(np.sum(np.any(
-                (outputs[policy] != outputs["none"]).reshape(len(x), -1), axis=1)))
+            row["stream"] = "shuffled"
+            row["output_mismatches"] = mismatches(outputs[policy], outputs["none"])
             row["warmup_inferences"] = 0
+            if flow:
+                counters = dev.counters()
+                row["speculation"] = _speculation({c: int(counters[c]) for c in _SPEC})
             results.append(row)
             done += 1
             if progress:
                 progress(done)
-        runner = AdaptiveRunner(dev, graph, cache=cache)
-        y, stats = runner.run(x)
-        steady = stats.steady()
-        row = _row(name, "adaptive", target, steady["samples"], steady, runner.program, cfg)
-        row["inferences"] = len(x)
-        row.update(fusions=stats.fusions, defusions=stats.defusions,
-                   swap_idle_cycles=stats.swap_idle_cycles, jit_compiles=stats.jit_compiles,
-                   output_mismatches=int(np.sum(np.any(
-                       (y != outputs["none"]).reshape(len(x), -1), axis=1))),
-                   fusion_log=runner.engine.log, trace=runner.profiler.last_trace,
-                   profiler_reads_per_inference=runner.profiler.reads_per_inference())
-        static = next(r for r in results if r["workload"] == name and r["policy"] == "static")
-        saved = static["cycles_per_inference"] - row["cycles_per_inference"]
-        first = sum(r["samples"] for r in stats.runs_log
-                    if r["plan"] < stats.runs_log[-1]["plan"])
-        row["warmup_inferences"] = (first + int(np.ceil(runner.compile_seconds * CLOCK_HZ /
-                                                        saved))) if saved > 0 else None
-        results.append(row)
+        results.append(adaptive(name, graph, x, outputs["none"], "shuffled"))
+        if flow and x_by_name is None:
+            order = np.argsort(y_test, kind="stable")
+            results.append(adaptive(name, graph, x[order], outputs["none"][order],
+                                    "class-sorted"))
         done += 1
         if progress:
             progress(done)

@@ -510,7 +510,9 @@ def _bench_workloads(args, out, config):
             table.add_column(column, justify="left" if column in ("workload", "policy")
                              else "right")
         for r in results:
-            table.add_row(r["workload"], r["policy"], f"{r['cycles_per_inference']:,.0f}",
+            policy = r["policy"] + (" (class-sorted)" if r.get("stream") == "class-sorted"
+                                    else "")
+            table.add_row(r["workload"], policy, f"{r['cycles_per_inference']:,.0f}",
                           f"{r['gmem_bytes_per_inference']:,.0f}",
                           f"{100 * r['mac_utilization']:.1f} %",
                           f"{r['roofline_cycles']:,.0f}", str(r["fusions"]),
@@ -522,6 +524,19 @@ def _bench_workloads(args, out, config):
                 console.print(f"{r['workload']}: run {entry['run']}: {entry['action']} "
                               f"{entry['units']}" + (f" ({entry['reason']})"
                                                      if "reason" in entry else ""))
+        for r in results:
+            spec = r.get("speculation")
+            if r["policy"] != "adaptive" or not spec:
+                continue
+            console.print(f"{r['workload']} ({r['stream']}): {spec['hits']} hits, "
+                          f"{spec['misses']} misses, rollback {spec['rollback_cycles']:.1f} "
+                          f"cycles, predictor right {100 * spec['predictor_accuracy']:.0f} %")
+            for w in spec["windows"]:
+                hit = "-" if w["hit_rate"] is None else f"{100 * w['hit_rate']:.0f} %"
+                console.print(f"  inferences {w['first']}..{w['first'] + w['inferences'] - 1}"
+                              f": {w['cycles_per_inference']:,.0f} cycles, hit rate {hit} "
+                              f"of {w['speculated']} guesses, threshold "
+                              f"{w['threshold']:.2f}")
 
     out.result(data, human=human)
     return 0 if all(r["output_mismatches"] == 0 for r in results) else 1

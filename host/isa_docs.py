@@ -102,6 +102,8 @@ def _op_info(syntax):
         default = None
         if not o.required:
             default = "cols" if callable(o.default) else o.default
+            if default is None:
+                default = "off"         # an operand that is absent unless given
         operands.append({
             "name": o.name, "fields": fields, "values": o.kind.values(fields[-1]["width"]),
             "default": default, "positional": o.positional, "doc": o.doc,
@@ -191,6 +193,9 @@ _DATA = """\
 * **Lane numbering across words.** Instructions that address single lanes (`vcmp`,
   `vargmax`) number them on from a start word: lane `l` is byte `l % word_bytes` of word
   `addr + l // word_bytes`.
+* **Columns.** When lanes carry samples (a word is one tensor element for up to
+  `word_bytes` samples, one per lane), one sample's values are one lane of consecutive
+  words: `vargmax ..., lane=L` takes lane `L` of `n` words and gives a word number.
 * **Scratchpad addresses** in micro-instructions are offsets inside the partition the
   calling slot is bound to (`SLOT[k].part`). Every access is checked against the
   partition: an access outside it faults with `PARTITION` and writes nothing, so a
@@ -249,7 +254,8 @@ plan bank, where the fallback path lives. While the region is open:
 
 * `dma.store`s do not write GMEM: their words go, in order, to a staging buffer of
   fixed capacity (a configuration parameter);
-* the guard is checked whenever a `vcmp` writes the guarded flag, and at `commit`.
+* the guard is checked whenever a `vcmp` (or a `vargmax` with `flag`) writes the
+  guarded flag, and at `commit`.
 
 If the guard fails (a **miss**), the staged words are discarded, the running kernel (if
 any) is abandoned with its outstanding DMA, the active bank switches to the other bank
@@ -271,7 +277,8 @@ Rules for code inside a region:
 * A region must not read back GMEM it stored to: staged words are not forwarded.
 
 Typical use: the speculative kernel computes the guard itself (`vcmp` into the guarded
-flag), so a wrong guess is detected as soon as it is known.
+flag, or `vargmax ..., flag=fN, expect=E`: "the argmax is `E`", e.g. the expert a
+mixture-of-experts router picks), so a wrong guess is detected as soon as it is known.
 """
 
 _ENCODING_RULES = """\
@@ -390,7 +397,8 @@ def markdown():
     w("")
     w("| Register | Width | Written by | Read by |")
     w("|---|---|---|---|")
-    w(f"| Flags `f0`..`f{FLAGS - 1}` | 1 | `vcmp` | `branch`, `assume` (guard) |")
+    w(f"| Flags `f0`..`f{FLAGS - 1}` | 1 | `vcmp`, `vargmax` (with `flag`) | `branch`, "
+      "`assume` (guard) |")
     w(f"| Index registers `x0`..`x{INDEX_REGS - 1}` | 16 | `vargmax` | `switch` |")
     w("| Vector configuration (below) | 31 (`mult_*`), 5 (`shift`), 8 (others) | `vcfg` "
       "| `requant`, `vadd`, `vpool` |")
@@ -434,7 +442,9 @@ def markdown():
     w("")
     w("Illegal micro-instructions (`ILLEGAL_MICRO`): a reserved opcode or an operand "
       "out of its range (a reserved `gmem` base, `vpool` with `window` 0, `vargmax` "
-      "with `n` 0, `vcfg` of a register that does not exist).")
+      "with `n` 0, with `column` and a `lane` of `word_bytes` or more, with a `lane` but "
+      "no `column`, or with a `flag` or `expect` but no `test`, `vcfg` of a register "
+      "that does not exist).")
     w("")
     w("**Compute faults are precise.** The operands of a compute instruction are "
       "affine streams of scratchpad offsets, so the control unit knows before it issues "

@@ -49,7 +49,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 from ..kernels.graph import (Add, AvgPool, Clamp, Conv, Dense, Flatten, Graph, GraphError,
-                             MaxPool, QTensor, Requant)
+                             MaxPool, QTensor, Requant, Select, op_inputs)
 
 
 __all__ = ["load_model"]
@@ -120,8 +120,10 @@ class _Pending:
     """The result of an operator that becomes an IR op once a QuantizeLinear gives it
     an int8 output. ``kind``: ``mac`` (Conv, Dense: ``acc_scale`` is the real value of
     one accumulator unit per channel, ``bias`` int accumulator units, ``extra_bias``
-    real), ``add``, ``avgpool``, or ``same`` (MaxPool, Flatten, Clamp: output
-    quantisation = input's). ``lo``, ``hi`` are real clamp bounds (Relu, Clip)."""
+    real), ``add``, ``avgpool``, ``same`` (MaxPool, Flatten, Clamp: output
+    quantisation = input's), ``select`` (Where, Gather: a :class:`Select`, ``fields``
+    its key, mode and threshold) or ``stack`` (Concat). ``lo``, ``hi`` are real clamp
+    bounds (Relu, Clip)."""
     node: str
     op_type: str
     kind: str
@@ -135,6 +137,34 @@ class _Pending:
     int32: bool = False
     lo: float = -math.inf
     hi: float = math.inf
+
+
+@dataclass(frozen=True)
+class _Largest:
+    """ReduceMax of the dequantised IR vector ``name``: its largest element (float)."""
+    name: str
+
+
+@dataclass(frozen=True)
+class _Test:
+    """``largest element of key >= threshold`` (GreaterOrEqual / Greater of a
+    :class:`_Largest` with a constant), the threshold as an int8 of ``key``."""
+    key: str
+    threshold: int
+
+
+@dataclass(frozen=True)
+class _Argmax:
+    """ArgMax of the dequantised IR vector ``key`` (the first on ties)."""
+    key: str
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """IR tensors of one shape and quantisation stacked along a new first axis
+    (Concat, then QuantizeLinear), or its dequantised view (``deq``)."""
+    members: tuple
+    deq: bool = False
 
 
 @dataclass
@@ -433,6 +463,10 @@ class _Importer:
                                  _QParams(dtype, scale, zp))
         if isinstance(v, _Deq):
             return self._requant_alias(node, name, v.name, scale, zp)
+        if isinstance(v, _Pending) and v.kind == "stack":
+            self._single_use(node, name, 0)
+            return _Stack(tuple(self._requantised(f"{v.node}:{i}", t, dtype, scale, zp)
+                                for i, t in enumerate(v.inputs)))
         if isinstance(v, _Pending):
             if v.int32:
                 raise GraphError(name, node.op_type, "QuantizeLinear of an int32 tensor")
@@ -452,11 +486,26 @@ class _Importer:
         self._emit_requant(name, tensor, y, -128, 127)
         return act
 
+    def _requantised(self, name, tensor, dtype, scale, zp):
+        """``tensor``, or a new tensor ``name`` requantised to ``scale``, ``zp``."""
+        qp = self.qp[tensor]
+        if (qp.scale, qp.zero_point) == (scale, zp):
+            return tensor
+        self._new_act(name, self.shapes[tensor], _QParams(dtype, scale, zp))
+        self._emit_requant(name, tensor, name, -128, 127)
+        return name
+
     def _op_DequantizeLinear(self, node, name):
         a = self._attrs(node)
         if a.get("block_size", 0):
             raise GraphError(name, node.op_type, "blocked quantisation is not supported")
         v = self._value(node, name, 0)
+        if isinstance(v, _Stack) and not v.deq:
+            scale, zp, dtype = self._qparams(node, name, 1, 2,
+                                             out_dtype=self.qp[v.members[0]].dtype)
+            for t in v.members:
+                self._claim(t, scale, zp, name, node.op_type)
+            return _Stack(v.members, deq=True)
         if isinstance(v, _Const):
             scale = np.asarray(self._const(node, name, 1, "the scale").value)
             zpv = self._value(node, name, 2)
@@ -828,6 +877,93 @@ class _Importer:
             return self._emit_same(Flatten(name, x, node.output[0]), x, shape)
         return _Pending(name, node.op_type, "same", Flatten, (x,), shape, {})
 
+    # ---- data-dependent choices (early exit, mixture of experts) -----------------------
+
+    def _key(self, node, name, axis_attr):
+        """The dequantised IR vector a ReduceMax / ArgMax reduces, checking that it
+        reduces the whole vector."""
+        key = self._deq_input(node, name, 0)
+        if len(self.shapes[key]) != 1:
+            raise GraphError(name, node.op_type, f"reduces {self.shapes[key]}: the tile "
+                             "reduces vectors (1, K)")
+        axes = self._attrs(node).get(axis_attr)
+        if axis_attr == "axes" and len(node.input) > 1 and node.input[1]:
+            axes = self._const(node, name, 1, "axes").value.reshape(-1).tolist()
+        if axes is not None and set(np.atleast_1d(axes).tolist()) - {0, 1, -1}:
+            raise GraphError(name, node.op_type, f"axes {axes}: only the last is supported")
+        return key
+
+    def _op_ReduceMax(self, node, name):
+        if self._attrs(node).get("noop_with_empty_axes", 0):
+            raise GraphError(name, node.op_type, "noop_with_empty_axes is not supported")
+        return _Largest(self._key(node, name, "axes"))
+
+    def _op_GreaterOrEqual(self, node, name):
+        return self._test(node, name, np.greater_equal)
+
+    def _op_Greater(self, node, name):
+        return self._test(node, name, np.greater)
+
+    def _test(self, node, name, compare):
+        """``ReduceMax(DQ(key)) >= T``: the smallest int8 of ``key`` whose dequantised
+        value (float32, as DequantizeLinear computes it) passes, 128 if none does."""
+        v = self._value(node, name, 0)
+        if not isinstance(v, _Largest):
+            raise GraphError(name, node.op_type, "the tile compares the largest element of "
+                             "a dequantised vector (ReduceMax) with a constant")
+        t = self._const(node, name, 1, "the threshold").value
+        if np.size(t) != 1:
+            raise GraphError(name, node.op_type, "the threshold must be a scalar")
+        qp = self.qp[v.name]
+        q = np.arange(-128, 128)
+        real = (q - qp.zero_point).astype(np.float32) * np.float32(qp.scale)
+        passing = q[compare(real, np.float32(np.asarray(t).reshape(())))]
+        return _Test(v.name, int(passing.min()) if passing.size else 128)
+
+    def _op_ArgMax(self, node, name):
+        a = self._attrs(node)
+        if a.get("select_last_index", 0):
+            raise GraphError(name, node.op_type, "select_last_index=1: the tile's VARGMAX "
+                             "takes the first of equal values")
+        return _Argmax(self._key(node, name, "axis"))
+
+    def _op_Where(self, node, name):
+        cond = self._value(node, name, 0)
+        if not isinstance(cond, _Test):
+            raise GraphError(name, node.op_type, "the condition must be ReduceMax(x) >= "
+                             "constant (an early exit)")
+        a, b = self._deq_input(node, name, 1), self._deq_input(node, name, 2)
+        return self._select(node, name, (a, b), key=cond.key, mode="threshold",
+                            threshold=cond.threshold)
+
+    def _op_Concat(self, node, name):
+        members = [self._deq_input(node, name, i) for i in range(len(node.input))]
+        if self._attrs(node).get("axis") != 0:
+            raise GraphError(name, node.op_type, "only Concat along axis 0 (stacking the "
+                             "inputs of a Gather) is supported")
+        if len({self.shapes[m] for m in members}) != 1:
+            raise GraphError(name, node.op_type, "inputs of different shapes")
+        return _Pending(name, node.op_type, "stack", None, tuple(members),
+                        self.shapes[members[0]], {})
+
+    def _op_Gather(self, node, name):
+        stack, index = self._value(node, name, 0), self._value(node, name, 1)
+        if not (isinstance(stack, _Stack) and stack.deq and isinstance(index, _Argmax)) or \
+                self._attrs(node).get("axis", 0) != 0:
+            raise GraphError(name, node.op_type, "the tile gathers along axis 0 of "
+                             "stacked results with the ArgMax of a vector (top-1 routing)")
+        if self.shapes[index.key] != (len(stack.members),):
+            raise GraphError(name, node.op_type, f"{len(stack.members)} inputs chosen by "
+                             f"the ArgMax of {self.shapes[index.key][0]} values")
+        return self._select(node, name, stack.members, key=index.key, mode="argmax")
+
+    def _select(self, node, name, inputs, **fields):
+        shape = self._out_shape(node, name)
+        if any(self.shapes[t] != shape for t in inputs):
+            raise GraphError(name, node.op_type, "the chosen inputs must have the output's "
+                             "shape (no broadcasting)")
+        return _Pending(name, node.op_type, "select", Select, tuple(inputs), shape, fields)
+
     def _op_Identity(self, node, name):
         return self._value(node, name, 0)
 
@@ -961,6 +1097,11 @@ class _Importer:
                                 lo, hi))
         elif p.kind == "avgpool":
             self._finish_avgpool(p, y, lo, hi)
+        elif p.kind == "select":
+            qy = self.qp[y]
+            inputs = tuple(self._requantised(f"{p.node}:in{i}", t, qy.dtype, qy.scale,
+                                             qy.zero_point) for i, t in enumerate(p.inputs))
+            self.ops.append(Select(p.node, y=y, inputs=inputs, **p.fields))
         else:
             self._finish_same(p, y, lo, hi)
 
@@ -1065,7 +1206,7 @@ class _Importer:
         for op in reversed(self.ops):
             if op.y in needed:
                 kept.append(op)
-                needed.update(_op_inputs(op))
+                needed.update(op_inputs(op))
         dropped = len(self.ops) - len(kept)
         if dropped:
             self.notes.append(f"{dropped} op(s) not needed for the output dropped")
@@ -1074,7 +1215,7 @@ class _Importer:
             raise GraphError(self.graph.name, "Graph", "the output does not depend on the "
                              "input")
         for op in self.ops:
-            for t in _op_inputs(op):
+            for t in op_inputs(op):
                 if t != self.input and not any(o.y == t for o in self.ops):
                     raise GraphError(op.name, type(op).__name__, f"input {t!r} is not "
                                      "computed from the graph input")
@@ -1083,7 +1224,7 @@ class _Importer:
         """A Clamp whose input only it reads folds into the op that makes the input."""
         readers = {}
         for op in self.ops:
-            for t in _op_inputs(op):
+            for t in op_inputs(op):
                 readers[t] = readers.get(t, 0) + 1
         producer = {op.y: op for op in self.ops}
         kept = []
@@ -1102,7 +1243,7 @@ class _Importer:
     def _build(self, output):
         names = {self.input, output}
         for op in self.ops:
-            names.update(_op_inputs(op))
+            names.update(op_inputs(op))
             names.add(op.y)
         tensors = {}
         for n in sorted(names, key=list(self.shapes).index):
@@ -1146,10 +1287,6 @@ def _window_counts(op, shape):
     rows = [min(i + kh, t + h) - max(i, t) for i in range(0, h + t + b - kh + 1, op.stride[0])]
     cols = [min(j + kw, l + w) - max(j, l) for j in range(0, w + l + r - kw + 1, op.stride[1])]
     return {a * c for a in rows for c in cols}
-
-
-def _op_inputs(op):
-    return (op.a, op.b) if isinstance(op, Add) else (op.x,)
 
 
 def _add_multipliers(ratio_a, ratio_b, node):

@@ -86,6 +86,7 @@ class Profiler:
         self.samples = 0
         self.last_trace = []        # the last run's records, with unit names and starts
         self.ranges = {}            # tensor -> value range seen (see observe)
+        self.routes = {}            # Select name -> Counter of the paths it took
 
     def reset(self, dev):
         """Forget every run and drain records left from before."""
@@ -106,9 +107,10 @@ class Profiler:
             self._pending += dev.read_trace()
         self.register_reads += dev.transport.words_read - before
 
-    def collect(self, dev, segment, samples, cycles=None):
+    def collect(self, dev, segment, samples, cycles=None, *, bank=None):
         """Drain the trace after a run of ``segment`` that inferred ``samples`` (in
-        ``cycles`` active cycles, if the caller read them)."""
+        ``cycles`` active cycles, if the caller read them). A speculative segment's
+        calls in the other bank than ``bank`` (where it ran) are its fallback's."""
         before = dev.transport.words_read
         records = self._pending + dev.read_trace()
         self._pending = []
@@ -121,7 +123,9 @@ class Profiler:
         self.last_trace = []
         for r in records:
             pc = int(r.pc)
-            unit = segment.units[pc] if pc < len(segment.units) else None
+            units = segment.units if bank is None or int(r.bank) == bank or \
+                segment.fallback_units is None else segment.fallback_units
+            unit = units[pc] if pc < len(units) else None
             values = {name: int(getattr(r, name)) for name in _SUMMED if name != "calls"}
             calls.append((unit, values))
             self.last_trace.append({"unit": unit, "slot": int(r.slot), "pc": pc,
@@ -151,6 +155,11 @@ class Profiler:
             units = [u for u, _ in run.calls]
             pairs.update((a, b) for a, b in zip(units, units[1:]) if a != b)
         return pairs
+
+    def route(self, choice, path):
+        """Dataflow statistics: data-dependent choice ``choice`` (a Select) took
+        ``path`` in one inference; :attr:`routes` counts them per choice and path."""
+        self.routes.setdefault(choice, Counter())[path] += 1
 
     def observe(self, tensor, values):
         """Dataflow statistics: fold int8 ``values`` of ``tensor`` (e.g. the outputs the

@@ -55,8 +55,12 @@ def load_program(dev, program):
 
 
 def _load_segment(dev, segment):
+    """Kernels, then the plan into the inactive bank and a swap to it; a speculative
+    plan's fallback goes first, so that it ends up in the other bank."""
     for slot, body in segment.kernels.items():
         dev.load_kernel(slot, body, part=0)
+    if segment.fallback is not None:
+        dev.load_plan(segment.fallback)
     dev.load_plan(segment.plan)
 
 

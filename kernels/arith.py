@@ -14,7 +14,8 @@ import numpy as np
 
 __all__ = [
     "INT8_MIN", "INT8_MAX", "round_shift", "requantize", "matmul_step", "vadd",
-    "vpool", "vclamp", "vcmp", "vargmax", "lanes_to_word", "word_to_lanes",
+    "vpool", "vclamp", "vcmp", "vargmax", "vargmax_column", "vargmax_test", "lanes_to_word",
+    "word_to_lanes",
 ]
 
 
@@ -131,6 +132,17 @@ def vcmp(value, op, imm):
 def vargmax(lanes):
     """Index of the largest int8 lane, the lowest on ties."""
     return int(np.argmax(np.asarray(lanes, dtype=np.int64)))
+
+
+def vargmax_column(words, lane):
+    """VARGMAX with ``column``: the number of the word (row of ``words``, shape
+    (n, word_bytes), int8) whose lane ``lane`` is the largest, the lowest on ties."""
+    return vargmax(np.asarray(words, dtype=np.int64)[:, lane])
+
+
+def vargmax_test(result, expect):
+    """The flag VARGMAX with ``test`` writes: ``result == expect``."""
+    return int(result) == int(expect)
 
 
 def word_to_lanes(word, word_bytes):

@@ -268,6 +268,59 @@ class _GmemAddress:
         return base.name.lower() + (f"+{offset}" if offset else "")
 
 
+class _Optional:
+    """An operand that is off (``None``, left out) or has a value of ``kind``: two
+    fields, an on/off bit and the value (0 when off). VARGMAX's ``lane`` (``column``,
+    ``lane``) and ``flag`` (``test``, ``flag``)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def values(self, width):
+        return f"{self.kind.values(width)}, or left out (off)"
+
+    def parse(self, text, name, labels):
+        return self.kind.parse(text, name, labels)
+
+    def encode(self, value, name, width, values):
+        if value is None:
+            return 0, 0
+        return 1, self.kind.encode(value, name, width, values)
+
+    def decode(self, bits, width, values):
+        on, value = bits
+        # Off with a value that is not 0 is not canonical: encoding None gives (0, 0).
+        return self.kind.decode(value, width, values) if on else None
+
+    def format(self, value, width, values, labels):
+        return self.kind.format(value, width, values, labels)
+
+
+class _With(_Unsigned):
+    """An operand taken only together with the operand ``other`` (``None`` without it,
+    required with it); its field is 0 without ``other``. VARGMAX's ``expect``."""
+
+    def __init__(self, other):
+        super().__init__()
+        self.other = other
+
+    def values(self, width):
+        return f"{super().values(width)}, with `{self.other}` only (required with it)"
+
+    def encode(self, value, name, width, values):
+        if values[self.other] is None:
+            if value is not None:
+                raise _Bad(f"{name} is taken only with {self.other}")
+            return 0
+        if value is None:
+            raise _Bad(f"missing operand {name} (required with {self.other})")
+        return super().encode(value, name, width, values)
+
+    def decode(self, bits, width, values):
+        # Bits without `other` are kept, so that encoding them fails: not canonical.
+        return None if values[self.other] is None and bits == 0 else bits
+
+
 class _CfgValue(_Unsigned):
     """VCFG's value: its range and form depend on the register (``reg`` operand)."""
 
@@ -561,10 +614,17 @@ MICRO_SYNTAX = [
         _op("reduce", "reduce", BOOL, default=0, doc="compare the largest of lanes 0..lane"),
     ], args="vcmp", example="vcmp addr=3, lane=9, op=ge, imm=-5, flag=f2, reduce"),
     InstrSyntax(MicroOp.VARGMAX, [
-        _op("addr", "addr", U, doc="word address lane 0 is in"),
-        _op("n", "n", _Unsigned(lo=1), doc="lanes"),
+        _op("addr", "addr", U, doc="word address lane 0 is in (the first word)"),
+        _op("n", "n", _Unsigned(lo=1), doc="lanes (words with `lane`)"),
         _op("index", "index", INDEX, doc="index register written"),
-    ], args="vargmax", example="vargmax addr=40, n=10, index=x0"),
+        _op("lane", ("column", "lane"), _Optional(U), default=None,
+            doc="column mode: the word number of the largest of this lane of the `n` "
+                "words (below `word_bytes`)"),
+        _op("flag", ("test", "flag"), _Optional(FLAG), default=None,
+            doc="also write this flag = (result == `expect`)"),
+        _op("expect", "expect", _With("flag"), default=None,
+            doc="the value `flag` compares the result with"),
+    ], args="vargmax", example="vargmax addr=40, n=10, index=x0, lane=0, flag=f1, expect=2"),
     InstrSyntax(MicroOp.VCFG, [
         _op("reg", "reg", _Choice(VectorCfg), positional=True, doc="configuration register"),
         _op("value", "value", _CfgValue(), positional=True,

@@ -55,10 +55,11 @@ import numpy as np
 
 from .config import TileConfig
 from .graph import (Add, AvgPool, Clamp, Conv, Dense, Flatten, Graph, GraphError, MaxPool,
-                    Requant, avgpool_requant)
-from .isa import GmemBase, VectorCfg
-from .program import (acc_bias, call, dma_load, dma_store, done, matmul, requant, ret, vadd,
-                      vcfg, vclamp, vpool, wait)
+                    Requant, Select, avgpool_requant, op_inputs)
+from .isa import CmpOp, GmemBase, VectorCfg
+from .program import (acc_bias, assume, branch, call, commit, dma_load, dma_store, done,
+                      jump, matmul, requant, ret, switch, vadd, vargmax, vcfg, vclamp, vcmp,
+                      vpool, wait)
 
 
 __all__ = ["POLICIES", "Buffer", "Tiling", "Segment", "Program", "CompileError", "compile_graph"]
@@ -74,6 +75,11 @@ _MAX_WINDOW = 15          # VPOOL window field
 #: the sequencer, so without it the store could read the words before they are
 #: written (a race the golden model, which completes compute at issue, cannot see).
 _DRAIN = wait(compute=True)
+
+_SELECT_FLAG = 0          # the flag a threshold Select's kernel sets (1: path 0)
+_SELECT_INDEX = 0         # the index register an argmax Select's kernel sets
+_GUARD_FLAG = 1           # the flag a speculative argmax sets (1: the guess was right)
+_VECTOR_OPS = (Dense, Add, Clamp)     # what a speculative unit runs
 
 
 class CompileError(GraphError):
@@ -140,10 +146,16 @@ class Tiling:
 class Segment:
     """Kernels to load (slot -> micro-instructions) and a plan to run; ``units[pc]``
     names the unit (an op, or ops fused into one kernel, joined by ``+``) that the
-    CALL at plan pc ``pc`` runs part of."""
+    CALL at plan pc ``pc`` runs part of.
+
+    A speculative plan comes with its ``fallback``: the plan the other bank must hold
+    (an ASSUME's miss continues there), with its ``fallback_units``; ``kernels`` are
+    those both plans call."""
     kernels: dict
     plan: list
     units: list
+    fallback: list = None
+    fallback_units: list = None
 
 
 @dataclass
@@ -164,6 +176,7 @@ class Program:
     tilings: dict = None      # convolution-kernel op name -> Tiling
     groups: list = None       # the units, each a tuple of op names
     constant_words: int = 0   # weights, biases and tables in the GMEM image
+    speculation: tuple = None  # (Select op name, the path its plan assumes)
 
 
 # -- the convolution kernel -----------------------------------------------------------------
@@ -324,6 +337,7 @@ class _Compiler:
         self.calls = []            # (kernel body as a tuple, a, b, unit name)
         self.unit = None           # the unit being compiled
         self.tilings = {}
+        self.placed = {}           # op name -> its constants (_ConvConsts) in GMEM
 
     def map_shape(self, name):
         """A tensor's shape as a feature map: vectors (K,) are (K, 1, 1)."""
@@ -355,16 +369,18 @@ class _Compiler:
             raise AssertionError("kernel longer than a slot")   # chunking guarantees it
         self.calls.append((tuple(body), a, b, self.unit))
 
-    def load_const(self, spad, at, words):
+    def load_const(self, spad, at, words, token=0):
         """DMA loads of ``words`` constant words from GMEM ``at`` (absolute)."""
         body = []
         for i in range(0, words, _MAX_COLS):
             n = min(_MAX_COLS, words - i)
-            body.append(dma_load(gmem=at + i, spad=spad + i, cols=n))
+            body.append(dma_load(gmem=at + i, spad=spad + i, cols=n, token=token))
         return body
 
     def conv_constants(self, spec):
-        """Place ``spec``'s constants in GMEM (see :class:`_ConvConsts`)."""
+        """Place ``spec``'s constants in GMEM (see :class:`_ConvConsts`), once."""
+        if spec.name in self.placed:
+            return self.placed[spec.name]
         R, wb = self.R, self.wb
         k = _ConvConsts.layout(spec, R, wb)
         data = bytearray()
@@ -393,6 +409,7 @@ class _Compiler:
                 data += table.tobytes()
             data += bytes((k.block - k.planes * k.Kp - k.tables) * wb)
         k.at = self.constant(bytes(data))
+        self.placed[spec.name] = k
         return k
 
     def conv_rows_body(self, spec, xb, P, rows, row_buf, *, patch, consts, groups, pitch,
@@ -860,6 +877,139 @@ class _Compiler:
                        step=1) for o in range(ow)]
         return body
 
+    def select(self, op):
+        """The decision of a :class:`Select`, as a kernel of its own: the key's words
+        in, then for a threshold the max over them (VPOOL, windows of at most 15
+        words, repeated) compared with the threshold into flag ``_SELECT_FLAG``; for an
+        argmax, VARGMAX over lane 0 of the words into index register ``_SELECT_INDEX``."""
+        K = self.T[op.key].size
+        if K > _MAX_COLS:
+            raise CompileError(op.name, "Select", f"a key of {K} elements; at most "
+                               f"{_MAX_COLS}")
+        body = [dma_load(gmem=0, spad=0, cols=K, base=GmemBase.ARG0), wait()]
+        body += self.decision(op, 0, K)
+        body.append(ret())
+        self.emit(body, self.buffers[op.key].word(0, 0))
+
+    @staticmethod
+    def decision(op, key, n, guess=None):
+        """Compute instructions deciding :class:`Select` ``op`` on its key, ``n`` words
+        at scratchpad word ``key`` (the words after them are free). A threshold sets
+        flag ``_SELECT_FLAG`` when path 0 is chosen; an argmax sets index register
+        ``_SELECT_INDEX`` and, with ``guess`` (a path), flag ``_GUARD_FLAG`` to whether
+        it chose that path."""
+        if op.mode == "argmax":
+            test = {} if guess is None else dict(flag=_GUARD_FLAG, expect=guess)
+            return [vargmax(addr=key, n=n, index=_SELECT_INDEX, lane=0, **test)]
+        body, src = [], key
+        while n > 1:                            # max of n words at src -> one word
+            w = min(n, _MAX_WINDOW)
+            full, rest = divmod(n, w)
+            out = src + n
+            body.append(vpool(src=src, out=out, n=full, window=w, stride=1, step=w))
+            if rest:
+                body.append(vpool(src=src + full * w, out=out + full, n=1, window=rest,
+                                  stride=1, step=1))
+            src, n = out, full + (1 if rest else 0)
+        # VCMP's immediate is int8: a threshold beyond it is always or never reached.
+        t = op.threshold
+        cmp, imm = (CmpOp.GE, max(t, -128)) if t <= 127 else (CmpOp.GT, 127)
+        return body + [vcmp(addr=src, lane=0, op=cmp, imm=imm, flag=_SELECT_FLAG)]
+
+    def speculative(self, ops, view, guess):
+        """One kernel running the key's producer, the decision of ``view.flow``'s
+        Select (guessing path ``guess``) and the ops of that path (``ops``, graph order:
+        Dense, Add, Clamp over vectors), every intermediate in the scratchpad: every
+        weight loaded, the inputs from outside loaded, then per op its compute
+        instructions, the decision right after the key; the results read outside the
+        kernel stored at the end (in a speculative region, into the staging buffer).
+
+        The loads are queued at once, the inputs and the key producer's weights first,
+        each Dense's weights with a DMA token of their own, and each op waits only for
+        its own: the path's weights stream in while the key and the decision are
+        computed (what the unspeculated plan cannot do before its branch), and a wrong
+        guess is caught before they are all in."""
+        sel, alias, R = view.flow.select, view.alias, self.R
+        name = "+".join(op.name for op in ops)
+        inside = {op.name for op in ops}
+
+        def canon(t):
+            return alias.get(t, t)
+
+        def size(t):
+            return self.T[t].size
+
+        consts, top = {}, 0
+        for op in ops:
+            if isinstance(op, Dense):
+                k = self.conv_constants(view.specs[op.name])
+                consts[op.name] = (k, top)
+                top += k.G * k.block
+        vec, loads = {}, []
+
+        def place(t, words):
+            nonlocal top
+            vec[canon(t)] = top | 1
+            top = (top | 1) + words
+
+        for op in ops:
+            for t in op_inputs(op):
+                if canon(t) not in vec:
+                    buf = self.buffers[t]
+                    if any(buf.ring):
+                        raise CompileError(op.name, type(op).__name__, f"{t!r} has a "
+                                           "padding ring: a speculative unit loads vectors")
+                    place(t, size(t))
+                    loads += self.load_const(vec[canon(t)], buf.word(0, 0), size(t))
+            out = consts[op.name][0].G * R if op.name in consts else size(op.y)
+            place(op.y, out + (size(op.y) if canon(op.y) == canon(sel.key) else 0))
+        if top > self.cfg.spad_words:
+            raise CompileError(name, "Speculate", f"needs {top} scratchpad words, the tile "
+                               f"has {self.cfg.spad_words}")
+        dense = [op.name for op in ops if op.name in consts]
+        # tokens 1, 2 for the first two Dense layers, 3 for the rest (which then wait
+        # for each other's weights too)
+        token = {n: 1 + min(i, 2) for i, n in enumerate(dense)}
+        body = loads + [i for n in dense for i in self.load_const(
+            consts[n][1], consts[n][0].at, consts[n][0].G * consts[n][0].block, token[n])]
+        body.append(wait(1))
+        for op in ops:
+            out = vec[canon(op.y)]
+            if isinstance(op, Dense):
+                body.append(wait(1 << token[op.name]))
+                spec, (k, w0) = view.specs[op.name], consts[op.name]
+                body += self.vector_cfg(self.T[op.y].zero_point, spec.lo, spec.hi)
+                for g in range(k.G):
+                    body += self.dot(k, w0 + g * k.block, vec[canon(op.x)], out + g * R)
+            elif isinstance(op, Add):
+                body += self.add_cfg(op) + [vadd(a=vec[canon(op.a)], b=vec[canon(op.b)],
+                                                 out=out, n=size(op.y))]
+            elif isinstance(op, Clamp):
+                body.append(vclamp(src=vec[canon(op.x)], out=out, n=size(op.y), lo=op.lo,
+                                   hi=op.hi))
+            else:
+                raise CompileError(op.name, type(op).__name__, "a speculative unit runs "
+                                   "Dense, Add and Clamp")
+            if canon(op.y) == canon(sel.key):
+                body += self.decision(sel, out, size(sel.key), guess)
+        body.append(_DRAIN)
+        stored = 0
+        for t in dict.fromkeys(canon(op.y) for op in ops):
+            readers = [r for r in view.consumers.get(t, []) if r.name not in inside]
+            if t == canon(sel.y) or any(r is not sel for r in readers):
+                body.append(dma_store(gmem=self.buffers[t].word(0, 0), spad=vec[t],
+                                      cols=size(t)))
+                stored += size(t)
+        if stored > self.cfg.staging_words:
+            raise CompileError(name, "Speculate", f"stores {stored} words; the staging "
+                               f"buffer holds {self.cfg.staging_words}")
+        body += [wait(), ret()]
+        if len(body) > self.cfg.slot_depth:
+            raise CompileError(name, "Speculate", f"needs {len(body)} micro-instructions, "
+                               f"a slot holds {self.cfg.slot_depth}")
+        self.unit = name
+        self.emit(body)
+
     def maxpool(self, op):
         """Per call a chunk of output pixels of one row (the most that fit a DMA, a slot
         and the scratchpad): the window rows under them, pooled as in :meth:`pool_rows`."""
@@ -973,7 +1123,7 @@ class _Compiler:
 
 
 def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
-                  stable_layout=False):
+                  stable_layout=False, speculate=None):
     """Compile ``graph`` for a tile with ``config`` under ``policy``, or with the ops
     grouped into fused units as ``groups`` says (tuples of op names; every op not named
     is a unit of its own; see :func:`fusion_kind` for the groups the compiler fuses).
@@ -982,6 +1132,10 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
     keeps it in the scratchpad, so programs of the same graph with different groups
     share one GMEM image (weights, tables and buffers at the same addresses): the
     adaptive runtime swaps between them by loading kernels and a plan only.
+
+    With ``speculate`` (a path of the graph's :class:`Select`) the plan guesses that
+    path: see :func:`_speculative_segment`. Its segment's ``fallback`` is the plan
+    without the guess, which the other plan bank must hold.
 
     Raises
     ------
@@ -995,7 +1149,12 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
         raise TypeError(f"config must be a TileConfig, not {config!r}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    lanes = lanes or min(config.rows, config.cols, config.word_bytes)
+    flow_lanes = 1 if any(isinstance(op, Select) for op in graph.ops) else None
+    if flow_lanes and lanes not in (None, 1):
+        sel = next(op for op in graph.ops if isinstance(op, Select))
+        raise CompileError(sel.name, "Select", "a data-dependent choice is made once per "
+                           "run, so a run carries one sample: lanes must be 1")
+    lanes = lanes or flow_lanes or min(config.rows, config.cols, config.word_bytes)
     c = _Compiler(graph, config, policy, lanes)
     T = graph.tensors
     view = _GraphView(graph, c)
@@ -1003,6 +1162,8 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
 
     units = view.units(static_groups(graph, config) if groups is None and policy == "static"
                        else groups or [])
+    if view.flow:
+        units.sort(key=lambda u: _region_order(view.flow.region(u.ops[0].name)))
     fused = {u.ops[0].name: u.ops[1] for u in units if u.kind == "conv+pool"}
     skipped = set() if stable_layout else {op.y for u in units for op in u.ops[:-1]}
 
@@ -1044,9 +1205,17 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
         if name not in alias:
             buf.at = c.alloc(buf.words)
 
+    regions = []                # (region, index of its first call), with a flow
     for unit in units:
         c.unit = unit.name
         op = unit.ops[0]
+        if view.flow:
+            region = view.flow.region(op.name)
+            if not regions or regions[-1][0] != region:
+                regions.append((region, len(c.calls)))
+            if region == ("select",):
+                c.select(op)
+                continue
         if unit.kind == "dense chain":
             c.dense_chain([specs[o.name] for o in unit.ops])
         elif unit.kind == "conv+add+pool":
@@ -1077,12 +1246,25 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
     for at, data in c.const:
         gmem[at * config.word_bytes:at * config.word_bytes + len(data)] = data
 
-    segments = _segments(c.calls, config)
+    if view.flow:
+        sel = view.flow.select
+        for i in view.flow.copies:           # at the end of their path
+            regions.append((("path", i), len(c.calls)))
+            c.unit = f"{sel.name}:copy{i}"
+            c.clamp(Clamp(c.unit, sel.inputs[i], sel.y, -128, 127))
+    segments = _flow_segment(c.calls, regions, view.flow.select, config) if view.flow \
+        else _segments(c.calls, config)
+    if speculate is not None:
+        if not view.flow:
+            raise CompileError(graph.name, "Graph", "no data-dependent choice to speculate on")
+        segments = [_speculative_segment(c, view, units, segments[0], speculate)]
     return Program(config, graph, policy, segments, bytes(gmem), c.buffers[graph.input],
                    c.buffers[alias.get(graph.output, graph.output)], (0, config.spad_words),
                    lanes, calls=len(c.calls), tilings=c.tilings,
                    groups=[tuple(o.name for o in u.ops) for u in units],
-                   constant_words=sum(len(d) for _, d in c.const) // config.word_bytes)
+                   constant_words=sum(len(d) for _, d in c.const) // config.word_bytes,
+                   speculation=None if speculate is None else
+                   (view.flow.select.name, speculate))
 
 
 @dataclass
@@ -1097,6 +1279,64 @@ class Unit:
         return "+".join(op.name for op in self.ops)
 
 
+class _Flow:
+    """Where the ops of a graph with a :class:`Select` run: ``common`` (before the
+    decision: everything the key needs, and what more than one path needs), path ``i``
+    (what only input ``i`` needs), ``tail`` (after the choice). Input ``i`` is
+    computed straight into the Select's output buffer when its path makes it and
+    nothing else reads it (``aliases``); otherwise path ``i`` copies it there."""
+
+    def __init__(self, graph):
+        selects = [op for op in graph.ops if isinstance(op, Select)]
+        if len(selects) > 1:
+            raise CompileError(selects[1].name, "Select", "the compiler takes one "
+                               "data-dependent choice per graph")
+        self.select = sel = selects[0]
+        producer, producer_of, readers = {}, {}, {}
+        for op in graph.ops:
+            producer[op.y] = producer_of[op.name] = op
+            for t in op_inputs(op):
+                readers.setdefault(t, []).append(op)
+
+        def ancestors(tensor):
+            seen, stack = set(), [tensor]
+            while stack:
+                op = producer.get(stack.pop())
+                if op is not None and op.name not in seen:
+                    seen.add(op.name)
+                    stack.extend(op_inputs(op))
+            return seen
+
+        before = ancestors(sel.y) - {sel.name}
+        need = [ancestors(t) for t in sel.inputs]
+        key = ancestors(sel.key)
+        self.paths = [n - key - set().union(*(m for j, m in enumerate(need) if j != i))
+                      for i, n in enumerate(need)]
+        self.common = before - set().union(*self.paths)
+        self._region = {n: ("common",) for n in self.common}
+        self._region[sel.name] = ("select",)
+        for i, path in enumerate(self.paths):
+            self._region.update({n: ("path", i) for n in path})
+        for i, path in enumerate(self.paths):
+            for name in path:
+                for r in readers.get(producer_of[name].y, []):
+                    if r is not sel and r.name not in path:
+                        raise CompileError(r.name, type(r).__name__, f"reads what only "
+                                           f"path {i} of {sel.name} computes")
+        self.aliases, self.copies = {}, []
+        for i, t in enumerate(sel.inputs):
+            op = producer.get(t)
+            if op is not None and op.name in self.paths[i] and len(readers[t]) == 1 and \
+                    t != graph.output and not isinstance(op, Flatten):
+                self.aliases[t] = sel.y
+            else:
+                self.copies.append(i)
+
+    def region(self, name):
+        """``("common",)``, ``("select",)``, ``("path", i)`` or ``("tail",)``."""
+        return self._region.get(name, ("tail",))
+
+
 class _GraphView:
     """What the compiler needs to know of a graph before it compiles it: Flatten
     aliases, consumers, convolution specs; and which groups of ops fuse."""
@@ -1107,18 +1347,21 @@ class _GraphView:
         for op in graph.ops:
             if isinstance(op, Flatten):
                 self.alias[op.y] = self.alias.get(op.x, op.x)
+        self.flow = _Flow(graph) if any(isinstance(op, Select) for op in graph.ops) else None
+        if self.flow:
+            self.alias.update(self.flow.aliases)
         self.consumers = {}                     # tensor -> ops reading it (not Flatten)
         for op in graph.ops:
             if isinstance(op, Flatten):
                 continue
-            for name in _inputs(op):
+            for name in op_inputs(op):
                 self.consumers.setdefault(self.alias.get(name, name), []).append(op)
         self.specs = {}
         for op in graph.ops:
             if isinstance(op, (Dense, Conv, AvgPool)):
                 x = self.alias.get(op.x, op.x)
                 self.specs[op.name] = _conv_spec(op, graph.tensors, x, compiler.map_shape(x))
-            elif not isinstance(op, (MaxPool, Add, Clamp, Flatten)):
+            elif not isinstance(op, (MaxPool, Add, Clamp, Flatten, Select)):
                 raise CompileError(getattr(op, "name", "?"), type(op).__name__,
                                    "not supported")
 
@@ -1126,6 +1369,8 @@ class _GraphView:
         """The fusion kind of ``ops`` (in graph order), or the reason it does not fuse."""
         if len(ops) == 1:
             return "op", None
+        if self.flow and len({self.flow.region(op.name) for op in ops}) > 1:
+            return None, "its ops run on different sides of a data-dependent choice"
         for prev, nxt in zip(ops, ops[1:]):
             y = self.alias.get(prev.y, prev.y)
             cons = self.consumers.get(y, [])
@@ -1239,10 +1484,131 @@ def static_groups(graph, config):
     return groups
 
 
-def _inputs(op):
-    if isinstance(op, Add):
-        return [op.a, op.b]
-    return [op.x]
+def _region_order(region):
+    return {"common": (0, 0), "select": (1, 0), "path": (2, region[-1]),
+            "tail": (3, 0)}[region[0]]
+
+
+def _flow_segment(calls, regions, select, config):
+    """One segment whose plan steers between the paths of ``select``: the common calls
+    (the last one decides: a flag for a threshold, an index for an argmax), then a
+    BRANCH or a SWITCH over a table of JUMPs to each path's calls, every path JUMPing
+    to the tail."""
+    by_region = {}
+    for k, (region, first) in enumerate(regions):
+        end = regions[k + 1][1] if k + 1 < len(regions) else len(calls)
+        by_region.setdefault(region, []).extend(calls[first:end])
+    kernels, plan, units = {}, [], []
+
+    def put(instr, unit=None):
+        plan.append(instr)
+        units.append(unit)
+        return len(plan) - 1
+
+    def put_calls(region):
+        for body, a, b, unit in by_region.get(region, []):
+            slot = kernels.setdefault(body, len(kernels))
+            put(call(slot, a=a, b=b), unit)
+
+    n = len(select.inputs)
+    put_calls(("common",))
+    put_calls(("select",))
+    if select.mode == "threshold":
+        # Path 0 (the flag set: the key reached the threshold) after path 1.
+        at_branch = put(None)
+        put_calls(("path", 1))
+        at_jump = put(None)
+        starts, jumps = {0: len(plan)}, [at_jump]
+        put_calls(("path", 0))
+        plan[at_branch] = branch(_SELECT_FLAG, starts[0])
+    else:
+        at_switch = put(None)
+        table = [put(None) for _ in range(n)]
+        starts, jumps = {}, []
+        for i in range(n):
+            starts[i] = len(plan)
+            put_calls(("path", i))
+            if i < n - 1:
+                jumps.append(put(None))
+        plan[at_switch] = switch(_SELECT_INDEX, table[0], n)
+        for i, at in enumerate(table):
+            plan[at] = jump(starts[i])
+    for at in jumps:
+        plan[at] = jump(len(plan))
+    put_calls(("tail",))
+    put(done())
+    if len(kernels) > config.kernel_slots or len(plan) > config.plan_depth:
+        raise CompileError(select.name, "Select", f"the plan around the choice needs "
+                           f"{len(kernels)} kernels and {len(plan)} plan instructions, the "
+                           f"tile has {config.kernel_slots} slots and a bank of "
+                           f"{config.plan_depth}")
+    return [Segment({s: list(k) for k, s in kernels.items()}, plan, units)]
+
+
+def _speculative_segment(c, view, units, fallback, guess):
+    """The plan that guesses path ``guess`` of the Select, beside its ``fallback``:
+
+    the fallback's calls of the units before the decision, but those of the *head*
+    (the key's producer and the vector ops before it, up to the first op of another
+    kind); ``assume`` (the guess), with the fallback's first call of the head as the
+    place a miss resumes; one kernel (:meth:`_Compiler.speculative`) running the head,
+    the decision and the guessed path; ``commit``; the fallback's calls after the
+    choice; ``done``. The decision writes the guarded flag, so a wrong guess rolls back
+    to the fallback as soon as it is known; a right one publishes the staged result at
+    ``commit``."""
+    flow, sel, cfg = view.flow, view.flow.select, c.cfg
+    if not 0 <= guess < len(sel.inputs):
+        raise ValueError(f"speculate must be a path of {sel.name!r} "
+                         f"(0..{len(sel.inputs) - 1}), not {guess!r}")
+    key = view.alias.get(sel.key, sel.key)
+    producer = {view.alias.get(op.y, op.y): op for op in c.g.ops if not isinstance(op, Flatten)}
+    # The key's producer and the vector ops before it that the decision waits for.
+    inside, stack = set(), [producer[key]]
+    while stack:
+        op = stack.pop()
+        if op.name in inside:
+            continue
+        inside.add(op.name)
+        for t in op_inputs(op):
+            p = producer.get(view.alias.get(t, t))
+            if isinstance(p, _VECTOR_OPS) and flow.region(p.name) == ("common",):
+                stack.append(p)
+    head_units = [u for u in units if inside & {op.name for op in u.ops}]
+    for u in head_units:
+        if {op.name for op in u.ops} - inside:
+            raise CompileError(u.name, "Speculate", "a unit only partly before the key")
+    ops = [op for op in c.g.ops if op.name in inside or
+           flow.region(op.name) == ("path", guess) and not isinstance(op, Flatten)]
+    if guess in flow.copies:
+        ops.append(Clamp(f"{sel.name}:copy{guess}", sel.inputs[guess], sel.y, -128, 127))
+    region_of = {u.name: flow.region(u.ops[0].name) for u in units}
+    head_units = [u.name for u in head_units]
+    c.speculative(ops, view, guess)
+    body = c.calls[-1][0]
+    kernels = dict(fallback.kernels)
+    slot = len(kernels)
+    kernels[slot] = list(body)
+    plan, names = [], []
+    for pc, instr in enumerate(fallback.plan):
+        if region_of.get(fallback.units[pc]) == ("common",) and \
+                fallback.units[pc] not in head_units:
+            plan.append(instr)
+            names.append(fallback.units[pc])
+    resume = min(fallback.units.index(u) for u in head_units)
+    flag, expect = (_SELECT_FLAG, guess == 0) if sel.mode == "threshold" else (_GUARD_FLAG, True)
+    plan += [assume(flag, resume, expect=expect), call(slot), commit()]
+    names += [None, c.unit, None]
+    for pc, instr in enumerate(fallback.plan):
+        if region_of.get(fallback.units[pc]) == ("tail",):
+            plan.append(instr)
+            names.append(fallback.units[pc])
+    plan.append(done())
+    names.append(None)
+    if len(kernels) > cfg.kernel_slots or len(plan) > cfg.plan_depth:
+        raise CompileError(c.unit, "Speculate", f"needs {len(kernels)} kernels beside the "
+                           f"fallback's; the tile has {cfg.kernel_slots} slots")
+    return Segment(kernels, plan, names, fallback=fallback.plan,
+                   fallback_units=fallback.units)
 
 
 def _segments(calls, config):

@@ -67,7 +67,7 @@ class TileConfig:
     spad_banks: int = 4
     spad_bank_words: int = 512
     partitions: int = 8
-    kernel_slots: int = 8
+    kernel_slots: int = 16
     slot_depth: int = 256
     plan_depth: int = 128
     gmem_bytes: int = 64 * 1024

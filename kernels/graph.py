@@ -23,7 +23,8 @@ from . import arith
 
 
 __all__ = ["QTensor", "Requant", "Dense", "Conv", "MaxPool", "AvgPool", "Add", "Clamp",
-           "Flatten", "Graph", "GraphError", "run_reference", "avgpool_requant"]
+           "Flatten", "Select", "Graph", "GraphError", "op_inputs", "run_reference",
+           "avgpool_requant"]
 
 
 class GraphError(ValueError):
@@ -186,6 +187,40 @@ class Flatten(_Op):
 
 
 @dataclass
+class Select(_Op):
+    """A data-dependent choice: ``y = inputs[i]``, ``i`` decided by the int8 vector
+    ``key``. Mode ``"argmax"``: ``i`` is the index of the largest element of ``key``
+    (the lowest on ties), one input per element (a mixture of experts' top-1 gate).
+    Mode ``"threshold"``: ``i`` is 0 when the largest element of ``key`` is at least
+    ``threshold``, else 1 (an early exit on the exit head's largest logit).
+
+    The inputs have ``y``'s shape and quantisation. Only the chosen one needs
+    computing: the compiler runs the ops that only input ``i`` needs on path ``i`` of
+    a BRANCH or SWITCH, after the ops the key needs."""
+    key: str
+    inputs: tuple
+    y: str
+    mode: str
+    threshold: int = 0
+
+    def choose(self, key):
+        """The index of the chosen input for the int8 ``key`` values."""
+        key = np.asarray(key).reshape(-1)
+        if self.mode == "argmax":
+            return int(np.argmax(key))
+        return 0 if int(key.max()) >= self.threshold else 1
+
+
+def op_inputs(op):
+    """The tensors ``op`` reads, in order (a Select's key first)."""
+    if isinstance(op, Add):
+        return (op.a, op.b)
+    if isinstance(op, Select):
+        return (op.key,) + tuple(op.inputs)
+    return (op.x,)
+
+
+@dataclass
 class Graph:
     """An integer network: ``ops`` in topological order from ``input`` to ``output``."""
     name: str
@@ -284,6 +319,8 @@ def run_reference(graph, x):
             y = np.clip(env[op.x], op.lo, op.hi)
         elif isinstance(op, Flatten):
             y = env[op.x].reshape(-1)
+        elif isinstance(op, Select):
+            y = env[op.inputs[op.choose(env[op.key])]]
         else:
             raise TypeError(f"not an IR operator: {op!r}")
         env[getattr(op, "y")] = np.asarray(y, dtype=np.int8).reshape(T[op.y].shape)

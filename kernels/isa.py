@@ -31,7 +31,8 @@ PLAN_INSTR_BITS = 64
 MICRO_INSTR_BITS = 128
 
 
-FLAGS = 8          #: flag registers F0..F7, written by VCMP, read by BRANCH / ASSUME
+FLAGS = 8          #: flag registers F0..F7, written by VCMP (and VARGMAX with ``test``),
+                   #: read by BRANCH / ASSUME
 INDEX_REGS = 4     #: index registers X0..X3, written by VARGMAX, read by SWITCH
 DMA_TOKENS = 4     #: dependency tokens a DMA can be tagged with and WAIT can wait for
 
@@ -78,7 +79,8 @@ class MicroOp(enum.Enum, shape=6):
     VPOOL     = 12  #: max / average over windows of words (and lane pairs)
     VCLAMP    = 13  #: clamp int8 words (ReLU)
     VCMP      = 14  #: compare a lane (or the max of lanes) with an immediate -> flag
-    VARGMAX   = 15  #: index of the largest of n lanes -> index register
+    VARGMAX   = 15  #: index of the largest of n lanes (or of one lane of n words) ->
+                    #: index register; optionally (index == expect) -> flag
     VCFG      = 16  #: write a vector configuration register
 
 
@@ -203,10 +205,23 @@ class VcmpArgs(data.Struct):
 
 class VargmaxArgs(data.Struct):
     """Operands of VARGMAX: X[index] = the lane number (0..n-1, counting across the
-    words from ``addr``) of the largest int8; the lowest such lane on ties."""
-    addr:  16
-    n:     12
-    index: 2
+    words from ``addr``) of the largest int8; the lowest such lane on ties.
+
+    With ``column``: X[index] = the word number w (0..n-1) of the largest lane ``lane``
+    of the n words ``addr + w`` (the lowest w on ties); the other lanes are ignored.
+    With ``test``: F[flag] = (X[index] == expect) too, written with X[index] (a write
+    of the flag a speculative region is guarded by, as VCMP's). ``column`` with
+    ``lane`` >= word_bytes, ``lane`` not 0 without ``column``, and ``flag`` or
+    ``expect`` not 0 without ``test`` are illegal.
+    """
+    addr:   16
+    n:      12
+    index:  2
+    column: 1    #: argmax of lane ``lane`` over n words (one sample's column)
+    lane:   8    #: with ``column``: the lane (below word_bytes); else 0
+    test:   1    #: also write F[flag] = (result == expect)
+    flag:   3    #: with ``test``: the flag written; else 0
+    expect: 12   #: with ``test``: the value the result is compared with; else 0
 
 
 class VectorCfg(enum.Enum, shape=4):

@@ -50,7 +50,7 @@ VADD       ``n + 8`` (vector unit latency 8; 0 if ``n == 0``)    vector
 VPOOL      ``n * window + 8`` (0 if ``n == 0``)                  vector
 VCLAMP     ``n + 8`` (0 if ``n == 0``)                           vector
 VCMP       words read + 8                                        vector
-VARGMAX    words read + 8                                        vector
+VARGMAX    words read + 8 (``n`` words with ``column``)          vector
 VCFG       0                                                     --
 =========  ====================================================  ========
 
@@ -328,7 +328,8 @@ class TileModel:
         self.arg_a = self.arg_b = 0
         self.part = 0
         self._compute_left = 0       # cycles the compute unit stays busy
-        self._pending_flag = None    # (flag, value) a VCMP writes in its last busy cycle
+        self._pending_flag = None    # (flag, value) a VCMP (or a VARGMAX with test)
+                                     # writes in its last busy cycle
         self._checked = 0            # the compute instruction in MICRO_EXEC passed its check
         self._compute_unit = None    # its busy counter: "mac_busy" or "vec_busy"
         self.speculating = 0
@@ -851,8 +852,9 @@ class TileModel:
         if running and p.get("abort"):
             fault = (FaultCause.ABORTED, 0, 0)
 
-        # As in the RTL, a VCMP's flag lands in the compute unit's last busy cycle, not
-        # when the sequencer issues it (a miss it causes comes at the same time).
+        # As in the RTL, a VCMP's flag (and a testing VARGMAX's) lands in the compute
+        # unit's last busy cycle, not when the sequencer issues it (a miss it causes
+        # comes at the same time).
         if self._pending_flag is not None and self._compute_left == 1:
             flag_write, self._pending_flag = self._pending_flag, None
             self.flags[flag_write[0]] = flag_write[1]
@@ -1175,7 +1177,7 @@ class TileModel:
         if an operand is illegal or does not fit in the partition."""
         cfg = self.config
         R, C, wb = cfg.rows, cfg.cols, self.wb
-        if illegal_operands(op, f):
+        if illegal_operands(op, f, cfg):
             raise _Fault(FaultCause.ILLEGAL_MICRO, bits)
         limit = self._part_limit()
         for end in operand_ends(op, f, cfg):
@@ -1282,10 +1284,18 @@ class TileModel:
 
         if op == MicroOp.VARGMAX:
             n = f["n"]
-            nwords = -(-n // wb)
-            lanes = self._read_lanes(self._words(f["addr"] + np.arange(nwords))).reshape(-1)
-            self.index[f["index"]] = arith.vargmax(lanes[:n]) & 0xFFFF
-            return nwords + 8, "vec_busy", None
+            nwords = n if f["column"] else -(-n // wb)
+            words = self._read_lanes(self._words(f["addr"] + np.arange(nwords)))
+            if f["column"]:
+                result = arith.vargmax_column(words, f["lane"])
+            else:
+                result = arith.vargmax(words.reshape(-1)[:n])
+            self.index[f["index"]] = result & 0xFFFF
+            # With ``test``, the flag is written as VCMP's is (in the unit's last busy
+            # cycle, which is when the RTL writes the index register too).
+            flag = (f["flag"], int(arith.vargmax_test(result, f["expect"]))) \
+                if f["test"] else None
+            return nwords + 8, "vec_busy", flag
 
         if op == MicroOp.VCFG:
             reg = VectorCfg(f["reg"])

@@ -14,6 +14,7 @@ Operands are listed in the order they are checked, inputs first, then the output
 fault address of a PARTITION fault is the end of the first one that does not fit.
 """
 
+from .config import TileConfig
 from .isa import MicroOp, VectorCfg
 
 
@@ -28,14 +29,22 @@ def _words(lanes, word_bytes):
     return -(-lanes // word_bytes)
 
 
-def illegal_operands(op, f):
+def illegal_operands(op, f, config=None):
     """Whether the operands ``f`` (``{field: int}`` of ``op``'s argument struct) are
-    illegal for compute micro-instruction ``op``: VPOOL with ``window`` 0, VARGMAX with
-    ``n`` 0, VCFG of a register that does not exist."""
+    illegal for compute micro-instruction ``op``: VPOOL with ``window`` 0; VARGMAX with
+    ``n`` 0, with ``column`` and a ``lane`` of ``config.word_bytes`` or more, without
+    ``column`` and a ``lane`` other than 0, or without ``test`` and a ``flag`` or
+    ``expect`` other than 0; VCFG of a register that does not exist.
+
+    ``config`` (a :class:`~fusetile.kernels.config.TileConfig`; ``None``: the default
+    configuration) gives the word size VARGMAX's ``lane`` is checked against."""
     if op == MicroOp.VPOOL:
         return f["window"] == 0
     if op == MicroOp.VARGMAX:
-        return f["n"] == 0
+        word_bytes = (TileConfig() if config is None else config).word_bytes
+        lane_bad = f["lane"] >= word_bytes if f["column"] else f["lane"] != 0
+        untested = not f["test"] and (f["flag"] != 0 or f["expect"] != 0)
+        return f["n"] == 0 or lane_bad or untested
     if op == MicroOp.VCFG:
         return f["reg"] not in {r.value for r in VectorCfg}
     return False
@@ -55,7 +64,7 @@ def operand_ends(op, f, config):
     VPOOL    in: ``in_addr + (n-1) in_step + (window-1) in_stride``; out: ``out_addr + n - 1``
     VCLAMP   in, out: base ``+ n - 1``
     VCMP     in: ``addr + lane // W``
-    VARGMAX  in: ``addr + ceil(n / W) - 1``
+    VARGMAX  in: ``addr + ceil(n / W) - 1``; with ``column``: ``addr + n - 1``
     ======== ===========================================================================
 
     (R = ``config.rows``, W = ``config.word_bytes``.)
@@ -88,7 +97,8 @@ def operand_ends(op, f, config):
     if op == MicroOp.VCMP:
         return [f["addr"] + f["lane"] // W]
     if op == MicroOp.VARGMAX:
-        return [f["addr"] + _words(f["n"], W) - 1]
+        n = f["n"]
+        return [f["addr"] + (n if f["column"] else _words(n, W)) - 1]
     if op == MicroOp.VCFG:
         return []
     raise ValueError(f"op must be a compute micro-op, not {op!r}")

@@ -317,13 +317,28 @@ def vcmp(*, addr, lane, op, imm, flag, reduce=False):
     }})
 
 
-def vargmax(*, addr, n, index):
+def vargmax(*, addr, n, index, lane=None, flag=None, expect=None):
     """X[``index``] = the lane number of the largest of ``n`` (at least 1) int8 lanes
-    from word ``addr``."""
+    from word ``addr``.
+
+    With ``lane`` (column mode): X[``index``] = the number w (0..n-1) of the word
+    ``addr + w`` whose lane ``lane`` is the largest of the ``n`` words; ``lane`` must
+    be below the tile's ``word_bytes`` (else the instruction is illegal when it runs).
+    With ``flag``: F[``flag``] = (the result == ``expect``) too; ``expect`` is required
+    with ``flag`` and taken only with it.
+    """
+    if flag is None and expect is not None:
+        raise ValueError(f"expect must be None without flag, not {expect!r}")
+    column, test = lane is not None, flag is not None
     return _micro(MicroOp.VARGMAX, {"vargmax": {
         "addr": _check_field("addr", addr, VargmaxArgs, "addr"),
         "n": _check_field("n", n, VargmaxArgs, "n", lo=1),
         "index": _check_range("index", index, 0, INDEX_REGS - 1),
+        "column": int(column),
+        "lane": _check_field("lane", lane, VargmaxArgs, "lane") if column else 0,
+        "test": int(test),
+        "flag": _check_range("flag", flag, 0, FLAGS - 1) if test else 0,
+        "expect": _check_field("expect", expect, VargmaxArgs, "expect") if test else 0,
     }})
 
 

@@ -4,9 +4,10 @@ visible, for differential tests of the golden model against the RTL.
 :func:`random_program` builds, from a seeded :class:`random.Random`, a program that
 uses every plan and micro-instruction: DMA loads and stores with tokens and WAITs,
 MATMUL, ACC_BIAS, REQUANT (per-tensor and per-channel), VADD, VPOOL, VCLAMP, VCMP,
-VARGMAX, VCFG; a plan of CALLs, MARKs, BRANCHes, JUMPs and SWITCHes on the flags and
-index registers the kernels set, sometimes an ASSUME .. COMMIT region with a fallback
-plan in the other bank, and now and then one deliberate fault.
+VARGMAX (packed and column, with and without a flag test), VCFG; a plan of CALLs,
+MARKs, BRANCHes, JUMPs and SWITCHes on the flags and index registers the kernels set,
+sometimes an ASSUME .. COMMIT region with a fallback plan in the other bank, and now
+and then one deliberate fault.
 
 The programs are free of timing-dependent results, so every target must agree on
 them exactly. The RTL runs compute instructions beside the kernel sequencer and the
@@ -19,8 +20,8 @@ DMA engine, while the model applies each of them at once; the generator therefor
 * drains the DMA queue and the compute unit before anything that can fault, and waits
   right after it, so that a fault finds nothing in flight;
 * in kernels called inside a speculative region, drains before and after every VCMP
-  (it may miss) and runs every store alone (it may overflow the staging buffer), so a
-  miss, too, finds nothing in flight.
+  and every VARGMAX with a flag test (they may miss) and runs every store alone (it may
+  overflow the staging buffer), so a miss, too, finds nothing in flight.
 
 :func:`run_program` runs one on a :class:`~fusetile.host.device.Device`: a prologue
 kernel resets the architectural registers and fills the scratchpad from GMEM, the
@@ -70,8 +71,9 @@ EXACT_COUNTERS = ("plan_retired", "micro_retired", "kernel_calls", "inferences",
 FAULT_KINDS = ("dma_partition", "dma_gmem", "compute_partition", "micro_reserved",
                "micro_operand", "compute_operand", "plan_reserved", "plan_operand",
                "slot_invalid")
-#: Flags speculative regions mostly guard on (and their kernels' VCMPs mostly write),
-#: so that guards fail in the middle of a kernel too, not only at COMMIT.
+#: Flags speculative regions mostly guard on (and their kernels' VCMPs and testing
+#: VARGMAXes mostly write), so that guards fail in the middle of a kernel too, not only
+#: at COMMIT.
 GUARD_FLAGS = (0, 1)
 
 
@@ -331,13 +333,36 @@ class _KernelBuilder:
 
     def vargmax(self):
         rng = self.rng
-        n = rng.choice([rng.randrange(1, 9)] * 4 + [rng.randrange(1, 25)])
-        nwords = -(-n // self.wb)
+        if rng.random() < 0.4:
+            # Column mode: lane `lane` of n words (one sample's values).
+            n = rng.choice([1, rng.randrange(1, 9), rng.randrange(1, 17)])
+            nwords = n
+            lane = rng.choice([0, self.wb - 1, rng.randrange(self.wb)])
+        else:
+            n = rng.choice([rng.randrange(1, 9)] * 4 + [rng.randrange(1, 25)])
+            nwords = -(-n // self.wb)
+            lane = None
+        flag = expect = None
+        if rng.random() < 0.4:
+            # A flag test: F[flag] = (result == expect). Kernels called in a region
+            # mostly write the flags guards test; the guess is right now and then.
+            flag = rng.choice(GUARD_FLAGS) if self.speculative and rng.random() < 0.7 else \
+                rng.randrange(FLAGS)
+            expect = rng.choice([0, rng.randrange(n), rng.randrange(n), rng.randrange(1 << 12)])
         if nwords > self.L:
             return
         addr = rng.randrange(self.L - nwords + 1)
-        self._compute(vargmax(addr=addr, n=n, index=rng.randrange(INDEX_REGS)),
-                      _words(addr, nwords), set())
+        instr = vargmax(addr=addr, n=n, index=rng.randrange(INDEX_REGS), lane=lane,
+                        flag=flag, expect=expect)
+        reads = _words(addr, nwords)
+        if self.speculative and flag is not None:
+            # It may write the guard flag: a miss must find nothing in flight.
+            self.drain()
+            self._compute(instr, reads, set())
+            self.body.append(wait(compute=True))
+            self.compute = None
+        else:
+            self._compute(instr, reads, set())
 
     def vcfg(self):
         rng = self.rng
@@ -432,6 +457,16 @@ class _KernelBuilder:
                 MicroInstr.const({"op": MicroOp.VPOOL, "args": {"vpool": {
                     "n": rng.randrange(1, 4), "window": 0}}}),
                 MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {"n": 0}}}),
+                # VARGMAX: a lane beyond the word (column), a lane without column, a
+                # flag or an expect without test.
+                MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {
+                    "n": rng.randrange(1, 4), "column": 1,
+                    "lane": rng.randrange(self.wb, 256)}}}),
+                MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {
+                    "n": 1, "lane": rng.randrange(1, 256)}}}),
+                MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {
+                    "n": 1, "column": rng.randrange(2), rng.choice(["flag", "expect"]):
+                    rng.randrange(1, 8)}}}),
             ]).as_bits()]
         else:
             raise ValueError(kind)

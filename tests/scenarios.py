@@ -595,4 +595,59 @@ def speculation_miss_on_vcmp(dev):
     assert ctr["spec_misses"] == 1 and ctr["micro_retired"] == 5
 
 
-SCENARIOS += [matmul_requant, vector_flags_steer_the_plan, speculation_miss_on_vcmp]
+def speculation_on_vargmax_test(dev):
+    """Per-sample routing, speculated: the plan guesses the expert of one sample (the
+    argmax of its gate logits: one lane of n words, lanes carrying samples) and runs
+    ahead; a column VARGMAX with a test writes the guarded flag. The right guess
+    commits (the staged store is published); a wrong one misses at once, mid-kernel:
+    the rest of the kernel never runs, its stores never land, and the tile continues in
+    the other bank at the resume PC."""
+    wb = dev.config.word_bytes
+    experts, sample = 6, 3
+    logits = np.random.default_rng(11).integers(-128, 128, size=(experts, wb), dtype=np.int8)
+    logits[:, sample] = [-7, 20, -128, 45, 45, 3]     # a tie: the lowest expert, 3, wins
+    logits[:, sample + 1] = 127                       # other samples do not matter
+    dev.write_window("GMEM", 0, logits.tobytes())
+    dst = dev.config.gmem_words // 2
+    dev.set_partition(0, base=0, length=8)
+    dev.load_kernel(1, [dma_store(gmem=dst + 2, spad=2), wait(), ret()], part=0)
+    for guess, hit in ((3, True), (4, False)):
+        dev.write_window("GMEM", dst * wb, bytes(3 * wb))
+        dev.load_kernel(0, [
+            dma_load(gmem=0, spad=0, cols=experts), wait(),
+            dma_store(gmem=dst, spad=0), wait(),             # staged
+            vargmax(addr=0, n=experts, index=2, lane=sample, flag=6, expect=guess),
+            wait(compute=True),                              # a miss lands here
+            dma_store(gmem=dst + 1, spad=1), wait(),
+            ret(),
+        ], part=0)
+        home = _load_speculative(dev, [mark(0x5A), assume(6, 2), call(0), commit(), mark(1),
+                                       done()],
+                                 [mark(0xBAD), mark(0xBAD), call(1), mark(2), done()])
+        dev.clear_counters()
+        dev.start()
+        dev.wait_done(timeout_cycles=20_000, poll_cycles=16)
+
+        assert int(dev.regs["INDEX[2]"].read().value) == 3, "written either way"
+        assert (int(dev.regs.FLAGS.read().flags) >> 6) & 1 == int(hit)
+        ctr = dev.counters()
+        stored = _words(dev.read_window("GMEM", dst * wb, 3 * wb), wb)
+        status = dev.status()
+        assert int(status.active_bank) == home and not int(status.speculating)
+        if hit:
+            assert int(dev.regs.MARK.read().value) == 1
+            assert (ctr["spec_hits"], ctr["spec_misses"]) == (1, 0)
+            assert stored == [logits[0].tobytes(), logits[1].tobytes(), bytes(wb)]
+            assert int(status.exec_bank) == home
+        else:
+            assert int(dev.regs.MARK.read().value) == 2
+            assert (ctr["spec_hits"], ctr["spec_misses"], ctr["faults"]) == (0, 1, 0)
+            assert int(dev.regs.MISS_PC.read().pc) == 1
+            assert stored == [bytes(wb), bytes(wb), logits[2].tobytes()], \
+                "speculative stores discarded; the fallback's landed"
+            assert int(status.exec_bank) == 1 - home
+            assert ctr["micro_retired"] == 5 + 3, "the kernel stopped at the VARGMAX"
+
+
+SCENARIOS += [matmul_requant, vector_flags_steer_the_plan, speculation_miss_on_vcmp,
+              speculation_on_vargmax_test]

@@ -59,6 +59,24 @@ def _dma_args():
         "base": st.sampled_from(list(GmemBase)), "token": u(2)})
 
 
+def _vargmax_args():
+    """Packed or column mode (``lane``), with or without a test (``flag`` + ``expect``)."""
+    return st.fixed_dictionaries({
+        "addr": u(16), "n": st.integers(1, 4095), "index": INDEX,
+        "lane": st.none() | u(8)}).flatmap(
+        lambda kw: st.one_of(st.just(kw), st.fixed_dictionaries({
+            "flag": FLAG, "expect": u(12)}).map(lambda test: {**kw, **test})))
+
+
+def _vargmax_text(kw, rnd):
+    ops = _keywords(rnd, [
+        f"addr={kw['addr']}", f"n={kw['n']}", f"index={rnd.choice(['x', 'X', ''])}{kw['index']}",
+        kw["lane"] is not None and f"lane={kw['lane']}",
+        "flag" in kw and f"flag={rnd.choice(['f', ''])}{kw['flag']}",
+        "flag" in kw and f"expect={kw['expect']:#x}"])
+    return "vargmax " + ", ".join(ops)
+
+
 def _flag_word(name, on, rnd):
     return rnd.choice([name, f"{name}=1"]) if on else rnd.choice(["", f"{name}=0"])
 
@@ -131,9 +149,7 @@ MICRO_CASES = {
             f"addr={kw['addr']}", f"lane={kw['lane']}", f"op={kw['op'].name.lower()}",
             f"imm={kw['imm']}", f"flag={r.choice(['f', ''])}{kw['flag']}",
             _flag_word("reduce", kw["reduce"], r)]))),
-    MicroOp.VARGMAX: (p.vargmax, st.fixed_dictionaries({
-        "addr": u(16), "n": st.integers(1, 4095), "index": INDEX}),
-        lambda kw, r: f"vargmax addr={kw['addr']}, n={kw['n']}, index=x{kw['index']}"),
+    MicroOp.VARGMAX: (p.vargmax, _vargmax_args(), _vargmax_text),
     MicroOp.VCFG: (p.vcfg, _vcfg_args(),
                    lambda kw, r: f"vcfg {kw['reg'].name.lower()}, {kw['value']}"),
 }
@@ -279,6 +295,9 @@ def test_kernel_syntax():
     vcfg zp_out, value=-3
     vcmp addr=3, lane=9, op=ge, imm=-5, flag=2, reduce
     vargmax addr=0, n=8, index=3
+    vargmax addr=0, n=8, index=3, lane=5
+    vargmax flag=f2, expect=0x7, addr=0, n=8, index=x1
+    vargmax addr=2, lane=0, n=1, index=0, expect=4095, flag=7
     .word 0x3f
     ret
     """
@@ -292,6 +311,9 @@ def test_kernel_syntax():
         p.vcfg(VectorCfg.MULT_A, 0x40000000), p.vcfg("lo", -128), p.vcfg("ZP_OUT", -3),
         p.vcmp(addr=3, lane=9, op=CmpOp.GE, imm=-5, flag=2, reduce=True),
         p.vargmax(addr=0, n=8, index=3),
+        p.vargmax(addr=0, n=8, index=3, lane=5),
+        p.vargmax(addr=0, n=8, index=1, flag=2, expect=7),
+        p.vargmax(addr=2, n=1, index=0, lane=0, flag=7, expect=4095),
         0x3F, p.ret(),
     ]
 
@@ -332,6 +354,7 @@ KERNEL = [
     p.vclamp(src=20, out=20, n=4, lo=0, hi=127),
     p.vcmp(addr=20, lane=31, op=CmpOp.GT, imm=-5, flag=7, reduce=True),
     p.vargmax(addr=20, n=32, index=1),
+    p.vargmax(addr=20, n=4, index=2, lane=7, flag=0, expect=3),
     p.vpool(src=20, out=24, n=2, window=2, stride=1, step=2, average=True, pairs=True),
     p.dma_store(gmem=0, spad=24, rows=1, cols=2, base=GmemBase.ARG1),
     MicroInstr.const({"op": MicroOp.NOP, "args": {"raw": 5}}).as_bits(),
@@ -351,6 +374,7 @@ KERNEL_LISTING = """\
     vclamp src=20, out=20, n=4, lo=0, hi=127
     vcmp addr=20, lane=31, op=gt, imm=-5, flag=f7, reduce
     vargmax addr=20, n=32, index=x1
+    vargmax addr=20, n=4, index=x2, lane=7, flag=f0, expect=3
     vpool src=20, out=24, n=2, window=2, stride=1, step=2, average, pairs
     dma.store gmem=arg1, spad=24, cols=2
     .word 0x00000000000000000000000000000500
@@ -399,6 +423,13 @@ def test_illegal_operands_disassemble_as_words():
     bad = [
         MicroInstr.const({"op": MicroOp.VPOOL, "args": {"vpool": {"window": 0}}}).as_bits(),
         MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {"n": 0}}}).as_bits(),
+        # VARGMAX: a lane without column; a flag, an expect without test.
+        MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {
+            "n": 1, "lane": 3}}}).as_bits(),
+        MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {
+            "n": 1, "column": 1, "flag": 1}}}).as_bits(),
+        MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": {
+            "n": 1, "expect": 9}}}).as_bits(),
         MicroInstr.const({"op": MicroOp.DMA_LOAD, "args": {"raw": 3}}).as_bits(),
         MicroInstr.const({"op": MicroOp.VCFG, "args": {"vcfg": {
             "reg": VectorCfg.LO, "value": 0x180}}}).as_bits(),
@@ -452,6 +483,18 @@ KERNEL_ERRORS = [
     ("vpool src=0, out=0, n=1, window=0, stride=1, step=1", 1,
      "value out of range: window must be from 1 to 15, not 0"),
     ("vargmax addr=0, n=0, index=x0", 1, "value out of range: n must be from 1 to 4095"),
+    ("vargmax addr=0, n=1, index=x0, lane=256", 1,
+     "value out of range: lane must be from 0 to 255, not 256"),
+    ("vargmax addr=0, n=1, index=x0, flag=f8, expect=0", 1,
+     "value out of range: flag must be from 0 to 7, not 8"),
+    ("vargmax addr=0, n=1, index=x0, flag=f1, expect=4096", 1,
+     "value out of range: expect must be from 0 to 4095, not 4096"),
+    ("vargmax addr=0, n=1, index=x0, flag=f1", 1,
+     "missing operand expect (required with flag)"),
+    ("vargmax addr=0, n=1, index=x0, lane=2, expect=1", 1, "expect is taken only with flag"),
+    ("vargmax addr=0, n=1, index=x0, lane=x2", 1, "lane must be a number, not 'x2'"),
+    ("vargmax addr=0, n=1, index=x0, flag=q1, expect=1", 1,
+     "flag must be a register f0..f7, not 'q1'"),
     ("vclamp src=0, out=0, n=1, lo=-129, hi=0", 1,
      "value out of range: lo must be from -128 to 127, not -129"),
     ("vcmp addr=0, lane=0, op=ne, imm=0, flag=0", 1,
@@ -520,6 +563,18 @@ def test_assemble_takes_text():
     (lambda: p.vcmp(addr=0, lane=0, op="ge", imm=0, flag=8), "flag must be an integer from 0 to 7"),
     (lambda: p.vargmax(addr=0, n=0, index=0), "n must be an integer from 1 to 4095, not 0"),
     (lambda: p.vargmax(addr=0, n=1, index=4), "index must be an integer from 0 to 3, not 4"),
+    (lambda: p.vargmax(addr=0, n=1, index=0, lane=256),
+     "lane must be an integer from 0 to 255, not 256"),
+    (lambda: p.vargmax(addr=0, n=1, index=0, lane=-1),
+     "lane must be an integer from 0 to 255, not -1"),
+    (lambda: p.vargmax(addr=0, n=1, index=0, flag=8, expect=0),
+     "flag must be an integer from 0 to 7, not 8"),
+    (lambda: p.vargmax(addr=0, n=1, index=0, flag=1),
+     "expect must be an integer from 0 to 4095, not None"),
+    (lambda: p.vargmax(addr=0, n=1, index=0, flag=1, expect=4096),
+     "expect must be an integer from 0 to 4095, not 4096"),
+    (lambda: p.vargmax(addr=0, n=1, index=0, lane=3, expect=1),
+     "expect must be None without flag, not 1"),
     (lambda: p.vcfg("pc", 0), "reg must be a VectorCfg"),
     (lambda: p.vcfg(VectorCfg.SHIFT, 32), "value must be an integer from 0 to 31, not 32"),
     (lambda: p.vcfg(VectorCfg.MULT_B, 2**31), "value must be an integer from 0 to 2147483647"),
@@ -546,5 +601,12 @@ def test_builders_pack_through_the_layouts():
             v.args.vcmp.flag, v.args.vcmp.reduce) == (3, 9, CmpOp.LT, 0xFB, 6, 1)
     v = PlanInstr.from_bits(p.assume(5, 77, expect=False))
     assert (v.op, v.sel, v.cond, v.a) == (PlanOp.ASSUME, 5, 0, 77)
+    v = MicroInstr.from_bits(p.vargmax(addr=7, n=300, index=2, lane=5, flag=4, expect=99))
+    assert v.op is MicroOp.VARGMAX
+    a = v.args.vargmax
+    assert (a.addr, a.n, a.index, a.column, a.lane, a.test, a.flag, a.expect) == \
+        (7, 300, 2, 1, 5, 1, 4, 99)
+    a = MicroInstr.from_bits(p.vargmax(addr=7, n=300, index=2)).args.vargmax
+    assert (a.column, a.lane, a.test, a.flag, a.expect) == (0, 0, 0, 0, 0)
     v = MicroInstr.from_bits(p.vcfg("hi", -1))
     assert (v.args.vcfg.reg, v.args.vcfg.value) == (VectorCfg.HI, 0xFF)

@@ -240,11 +240,19 @@ class Ref:
             out.flag = (f["flag"], int(arith.vcmp(value, CmpOp(f["op"]), _i8(f["imm"]))))
         elif op == MicroOp.VARGMAX:
             n = f["n"]
-            if n == 0:
+            if (n == 0 or (f["lane"] >= wb if f["column"] else f["lane"] != 0) or
+                    (not f["test"] and (f["flag"] or f["expect"]))):
                 raise illegal
-            lanes = np.concatenate([self.read(part, f["addr"] + j)
-                                    for j in range(-(-n // wb))])
-            out.index = (f["index"], arith.vargmax(lanes[:n]))
+            if f["column"]:
+                words = [self.read(part, f["addr"] + w) for w in range(n)]
+                result = arith.vargmax_column(words, f["lane"])
+            else:
+                lanes = np.concatenate([self.read(part, f["addr"] + j)
+                                        for j in range(-(-n // wb))])
+                result = arith.vargmax(lanes[:n])
+            out.index = (f["index"], result)
+            if f["test"]:
+                out.flag = (f["flag"], int(arith.vargmax_test(result, f["expect"])))
         elif op == MicroOp.VCFG:
             reg = f["reg"]
             if reg >= 8:
@@ -271,7 +279,7 @@ DEFAULTS = {
                   pairs=0),
     "vclamp": dict(in_addr=0, out_addr=0, n=0, lo=0x80, hi=0x7F),
     "vcmp": dict(addr=0, lane=0, reduce=0, op=0, imm=0, flag=0),
-    "vargmax": dict(addr=0, n=1, index=0),
+    "vargmax": dict(addr=0, n=1, index=0, column=0, lane=0, test=0, flag=0, expect=0),
     "vcfg": dict(reg=0, value=0),
 }
 
@@ -508,8 +516,17 @@ def rand_cmd(rng, cfg, op, *, span=PART_LEN):
         return cmd(op, addr=addr(lane // wb + 1), lane=lane, reduce=rng.randrange(2),
                    op=rng.randrange(4), imm=rng.randrange(256), flag=rng.randrange(8))
     if op == MicroOp.VARGMAX:
-        n = rng.choice([1, wb, rng.randrange(1, 4 * wb), rng.randrange(1, 200)])
-        return cmd(op, addr=addr(-(-n // wb)), n=n, index=rng.randrange(4))
+        column, test = rng.random() < 0.5, rng.random() < 0.5
+        if column:
+            n = rng.choice([1, 2, rng.randrange(1, 4 * wb), rng.randrange(1, 60)])
+            lane = rng.choice([0, wb - 1, rng.randrange(wb)])
+        else:
+            n = rng.choice([1, wb, rng.randrange(1, 4 * wb), rng.randrange(1, 200)])
+            lane = 0
+        expect = rng.choice([0, 1, rng.randrange(n), rng.randrange(4096)]) if test else 0
+        return cmd(op, addr=addr(n if column else -(-n // wb)), n=n, index=rng.randrange(4),
+                   column=int(column), lane=lane, test=int(test),
+                   flag=rng.randrange(8) if test else 0, expect=expect)
     return rand_vcfg(rng)
 
 
@@ -654,6 +671,25 @@ def test_directed_and_timing():
             res = await b.check(ctx, cmd(MicroOp.VARGMAX, addr=60 if n < 100 else 0, n=n,
                                          index=n % 4))
             assert res.cycles == -(-n // wb) + 9
+        # Column mode: n words read; with `test` the flag comes with the index.
+        for n, lane in ((1, 0), (2, 7), (7, 3), (20, 0), (20, 5), (160, 6)):
+            index = arith.vargmax_column(
+                [arith.word_to_lanes(b.ref.mem[PART_BASE + (60 if n < 100 else 0) + w], wb)
+                 for w in range(n)], lane)
+            for test, expect in ((0, 0), (1, index), (1, index + 1)):
+                flag = (n + lane) % 8 if test else 0
+                res = await b.check(ctx, cmd(MicroOp.VARGMAX, addr=60 if n < 100 else 0,
+                                             n=n, index=n % 4, column=1, lane=lane,
+                                             test=test, flag=flag, expect=expect))
+                assert res.cycles == n + 9
+                assert res.indexes == [(n % 4, index)]
+                assert res.flags == ([(flag, int(expect == index))] if test else [])
+        # Packed mode with `test`.
+        res = await b.check(ctx, cmd(MicroOp.VARGMAX, addr=60, n=20, index=3, test=1, flag=6,
+                                     expect=arith.vargmax(np.concatenate(
+                                         [arith.word_to_lanes(b.ref.mem[PART_BASE + 60 + w], wb)
+                                          for w in range(3)])[:20])))
+        assert res.cycles == 3 + 9 and res.flags == [(6, 1)]
         # VCFG: truncation and sign extension.
         await b.check(ctx, vcfg(VectorCfg.SHIFT, 0x123))
         await b.check(ctx, vcfg(VectorCfg.ZP_OUT, 0x1F0))
@@ -761,18 +797,26 @@ def test_faults_and_abort():
         await b.check(ctx, cmd(MicroOp.VCMP, addr=L - 2, lane=40, reduce=1, flag=3))
         await b.check(ctx, cmd(MicroOp.VCMP, addr=L - 2, lane=20, reduce=0, flag=3))
         await b.check(ctx, cmd(MicroOp.VARGMAX, addr=L - 2, n=30, index=1))
+        await b.check(ctx, cmd(MicroOp.VARGMAX, addr=L - 5, n=9, index=1, column=1, lane=3,
+                               test=1, flag=2, expect=1))
         # Partitions that do not exist or are empty.
         await b.check(ctx, cmd(MicroOp.VCLAMP, part=0, in_addr=0, out_addr=0, n=1))
         await b.check(ctx, cmd(MicroOp.VCLAMP, part=9, in_addr=0, out_addr=0, n=1))
         await b.check(ctx, cmd(MicroOp.VCLAMP, part=2, in_addr=255, out_addr=0, n=1))
         await b.check(ctx, cmd(MicroOp.VCLAMP, part=2, in_addr=255, out_addr=256, n=1))
 
-        # Illegal: reserved opcodes, VPOOL window 0, VARGMAX n 0, VCFG register 8+.
+        # Illegal: reserved opcodes, VPOOL window 0, VARGMAX n 0 (or a lane beyond the
+        # word, a lane without column, a flag or expect without test), VCFG register 8+.
         for op in (0, 1, 2, 4, 5, 7, 17, 63):
             await b.check(ctx, Cmd(op, {}))
         await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=0, out_addr=0, n=3, window=0))
         await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=0, out_addr=0, n=0, window=0))
         await b.check(ctx, cmd(MicroOp.VARGMAX, addr=0, n=0))
+        await b.check(ctx, cmd(MicroOp.VARGMAX, addr=0, n=3, column=1, lane=8))
+        await b.check(ctx, cmd(MicroOp.VARGMAX, addr=0, n=3, column=1, lane=255, test=1))
+        await b.check(ctx, cmd(MicroOp.VARGMAX, addr=0, n=3, lane=1))
+        await b.check(ctx, cmd(MicroOp.VARGMAX, addr=0, n=3, flag=4))
+        await b.check(ctx, cmd(MicroOp.VARGMAX, addr=0, n=3, column=1, expect=1))
         await b.check(ctx, cmd(MicroOp.VCFG, reg=9, value=5))
         regs = ctx.get(b.dut.vector_regs)
         assert (regs.mult_a, regs.mult_b) == (2**30, 2**29)

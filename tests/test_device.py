@@ -354,8 +354,8 @@ def test_write_plan_checks(dev, fake):
         dev.write_plan(0, [0, 0], start=127)
     with pytest.raises(ValueError, match=r"Plan bank must be an integer from 0 to 1, not 2"):
         dev.write_plan(2, [])
-    with pytest.raises(ValueError, match=r"Kernel slot must be an integer from 0 to 7, not 8"):
-        dev.write_kernel(8, [])
+    with pytest.raises(ValueError, match=r"Kernel slot must be an integer from 0 to 15, not 16"):
+        dev.write_kernel(16, [])
     with pytest.raises(TypeError, match=r"Instruction 0 must be an integer or a data.Const"):
         dev.write_kernel(0, ["nop"])
     assert fake.log == []

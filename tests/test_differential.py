@@ -16,7 +16,8 @@ are estimates in the model and are not compared.
 
 Directed cases: compute faults are precise (the control unit checks a compute
 instruction's operands before it issues; ``kernels/operands.py``), in and out of a
-speculative region, and a VCFG right behind a VCMP keeps the VCMP's flag.
+speculative region, a VCFG right behind a VCMP keeps the VCMP's flag, and a VARGMAX
+with a flag test guarding a region hits and misses.
 """
 
 import random
@@ -29,7 +30,7 @@ from fusetile.host.device import Device
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import MicroInstr, MicroOp
 from fusetile.kernels.program import (assume, call, commit, dma_load, dma_store, done, mark,
-                                      matmul, requant, ret, vcfg, vclamp, vcmp, wait)
+                                      matmul, requant, ret, vargmax, vcfg, vclamp, vcmp, wait)
 
 from conftest import require_simulator
 from programs import SPAN_WORDS, Program, differences, random_program, run_program
@@ -37,14 +38,16 @@ from programs import SPAN_WORDS, Program, differences, random_program, run_progr
 
 SMALL = TileConfig(gmem_bytes=2048, spad_bank_words=64, trace_depth=8)
 
-#: Seeds of the Verilator / Icarus regression set: picked from 1000..1599 (on the
-#: default config) to cover speculation hits, misses at COMMIT, in mid-kernel (VCMP)
-#: and by a fault, taken branches, saturating requantisation, programs of 4+ calls,
-#: and every planted fault: DMA PARTITION and GMEM_RANGE, compute PARTITION and
-#: ILLEGAL_MICRO (bad operand), reserved micro-op, ILLEGAL_PLAN, PLAN_RANGE,
-#: SWITCH_RANGE, SLOT_INVALID (a miss inside a region).
-REGRESSION_SEEDS = [1011, 1021, 1025, 1030, 1040, 1055, 1064, 1070, 1084, 1093, 1096, 1105,
-                    1118, 1119, 1121, 1198, 1283, 1311, 1316, 1345]
+#: Seeds of the Verilator / Icarus regression set: picked from 1000..2799 (on the
+#: default config) to cover speculation hits (one guarded by a VARGMAX flag test),
+#: misses at COMMIT, in mid-kernel (by a VCMP and by a testing VARGMAX) and by a fault,
+#: taken branches, saturating requantisation, programs of 4+ calls, VARGMAX in column
+#: mode and with a flag test, and every planted fault: DMA PARTITION and GMEM_RANGE,
+#: compute PARTITION and ILLEGAL_MICRO (bad operand, an illegal VARGMAX encoding among
+#: them), reserved micro-op, ILLEGAL_PLAN, PLAN_RANGE, SWITCH_RANGE, SLOT_INVALID (a
+#: miss inside a region).
+REGRESSION_SEEDS = [1002, 1003, 1011, 1020, 1021, 1023, 1030, 1192, 1198, 1202, 1283, 1311,
+                    1316, 1325, 1331, 1492, 1702, 1761, 1907, 2274]
 
 
 def check(model, rtl, program, *, whole_gmem=True):
@@ -96,13 +99,23 @@ def _minimal(kernel, plan, fallback=None):
 
 #: Compute faults behind a MATMUL still running: a VCLAMP whose output runs one word
 #: past the end of its 16-word partition (PARTITION), a VARGMAX with n = 0
-#: (ILLEGAL_MICRO). Each faults with its own micro PC, not retired, after the MATMUL
-#: completed, and the DMA store after it never runs.
+#: (ILLEGAL_MICRO), a column VARGMAX whose n words run one past the end (PARTITION:
+#: packed, the same n would fit), a column VARGMAX of a lane beyond the word and a
+#: VARGMAX with a flag but no test (ILLEGAL_MICRO). Each faults with its own micro PC,
+#: not retired, after the MATMUL completed, and the DMA store after it never runs.
 _BEHIND = [matmul(a=0, b=1, k=12)]
+
+
+def _raw_vargmax(**fields):
+    return MicroInstr.const({"op": MicroOp.VARGMAX, "args": {"vargmax": fields}}).as_bits()
+
+
 COMPUTE_FAULT_KERNELS = {
     "partition": _BEHIND + [vclamp(src=0, out=14, n=3, lo=-5, hi=5)],
-    "illegal": _BEHIND + [MicroInstr.const({"op": MicroOp.VARGMAX,
-                                            "args": {"vargmax": {"n": 0}}}).as_bits()],
+    "illegal": _BEHIND + [_raw_vargmax(n=0)],
+    "column_partition": _BEHIND + [vargmax(addr=10, n=7, index=1, lane=3, flag=2, expect=0)],
+    "illegal_lane": _BEHIND + [_raw_vargmax(n=2, column=1, lane=SMALL.word_bytes)],
+    "illegal_untested_flag": _BEHIND + [_raw_vargmax(n=2, column=1, flag=3)],
 }
 _AFTER = [requant(out=2), dma_store(gmem=0, spad=0, cols=4), wait(), ret()]
 
@@ -123,14 +136,45 @@ def test_compute_fault_in_region_rolls_back(amaranth_pair):
     assert result["counters"]["spec_faults"] == 1 and result["mark"] == 7
 
 
+@pytest.mark.parametrize("expect,hit", [(2, True), (3, False)])
+def test_vargmax_test_guards_a_region(amaranth_pair, expect, hit):
+    """A column VARGMAX with a flag test writes the guarded flag (and its index) in
+    mid-kernel: with the right guess the region commits its staged store, with the
+    wrong one it misses at once (the later store never runs) and the fallback runs."""
+    model, rtl = amaranth_pair
+    wb = SMALL.word_bytes
+    kernel = [dma_load(gmem=0, spad=0, cols=4), wait(),
+              dma_store(gmem=100, spad=0, cols=4), wait(),
+              vargmax(addr=0, n=4, index=3, lane=wb - 1, flag=1, expect=expect),
+              wait(compute=True),               # a miss lands here
+              dma_store(gmem=110, spad=0, cols=4), wait(), ret()]
+    program = _minimal(kernel, [assume(1, 0), call(0), commit(), mark(1), done()],
+                       [mark(7), done()])
+    column = [-5, 3, 9, 9]                      # lane wb - 1 of words 0..3: word 2
+    image = bytearray(program.gmem)
+    for w, value in enumerate(column):
+        image[w * wb + wb - 1] = value & 0xFF
+    program.gmem = bytes(image)
+    result = check(model, rtl, program)
+    assert result["index"][3] == 2
+    c = result["counters"]
+    assert (c["spec_hits"], c["spec_misses"]) == ((1, 0) if hit else (0, 1))
+    assert result["mark"] == (1 if hit else 7)
+    assert result["counters"]["micro_retired"] == (9 if hit else 5)
+
+
 def test_vcfg_after_vcmp_keeps_the_flag(amaranth_pair):
+    """(And after a VARGMAX with a flag test.)"""
     model, rtl = amaranth_pair
     kernel = [dma_load(gmem=0, spad=0, cols=2), wait(),
               vcmp(addr=0, lane=15, op="GT", imm=3, flag=0, reduce=True),
-              vcfg("HI", -32), ret()]
+              vcfg("HI", -32),
+              vargmax(addr=0, n=2, index=2, lane=3, flag=5, expect=1),   # 0, 5: word 1
+              vcfg("LO", -100), ret()]
     program = _minimal(kernel, [call(0), done()])
     program.gmem = bytes(8) + bytes([5] * 8) + program.gmem[16:]
-    check(model, rtl, program)
+    result = check(model, rtl, program)
+    assert result["flags"] == 0b100001 and result["index"][2] == 1
 
 
 # -- the model against Verilator and Icarus -----------------------------------------------

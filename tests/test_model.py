@@ -265,8 +265,76 @@ def test_vargmax_lowest_lane_on_ties():
     assert m.index == [0, 9, 3, 0]
 
 
+def test_vargmax_column_and_test():
+    """Column mode: the word number of the largest of one lane over n words (the lowest
+    on ties, other lanes ignored); ``test`` writes F[flag] = (result == expect)."""
+    spad = {0: word(1, -128, 99) + word(2, -128, 99) + word(9, -128, 0) + word(9, -128, 1)
+               + word(-3, -127, 127)}
+    m, fault = run_kernel([
+        vargmax(addr=0, n=5, index=0, lane=0),                  # 9 at words 2 and 3: 2
+        vargmax(addr=0, n=4, index=1, lane=1),                  # all -128: 0
+        vargmax(addr=0, n=5, index=2, lane=1, flag=6, expect=4),    # -127 at word 4: hit
+        vargmax(addr=3, n=1, index=3, lane=7, flag=5, expect=1),    # n = 1: 0, a miss
+        vargmax(addr=0, n=12, index=0, lane=0, flag=0, expect=0),   # packed is 2 (99)...
+    ], spad=spad)
+    assert fault is None
+    assert m.index == [2, 0, 4, 0]
+    assert m.flags == [0, 0, 0, 0, 0, 0, 1, 0]
+    # ... and packed mode with test, both ways; flags may be set and cleared.
+    m, fault = run_kernel([vargmax(addr=0, n=12, index=1, flag=3, expect=2),
+                           vargmax(addr=0, n=12, index=2, flag=4, expect=3),
+                           vargmax(addr=0, n=3, index=3, lane=2, flag=3, expect=1)],
+                          m=m, spad=spad)
+    assert fault is None
+    assert m.index[1:] == [2, 2, 0] and m.flags[3:5] == [0, 0]
+    assert m.flags[6] == 1, "flags the program does not write keep their values"
+
+    # A column reads n words: n + 8 cycles of the vector unit, like packed mode's
+    # ceil(n / W) + 8.
+    m, fault = run_kernel([vargmax(addr=0, n=5, index=0, lane=2, flag=1, expect=0)], spad=spad)
+    assert fault is None and m.counters["vec_busy"] == 5 + 8
+    assert m.index[0] == 4 and m.flags[1] == 0
+    m, fault = run_kernel([vargmax(addr=0, n=17, index=0)], spad=spad)
+    assert m.counters["vec_busy"] == 3 + 8
+
+
+def test_vargmax_column_partition_fault():
+    """A column's operand ends n - 1 words on (packed: ceil(n / W) - 1): checked whole,
+    before anything is written."""
+    m, fault = run_kernel([vargmax(addr=LENGTH - 4, n=4, index=1, lane=3, flag=2, expect=7)])
+    assert fault is None and m.index[1] == 0 and m.flags[2] == 0
+    m, fault = run_kernel([vargmax(addr=LENGTH - 4, n=5, index=1, lane=3, flag=2, expect=0)])
+    assert (fault.cause, fault.addr, fault.part, fault.micro_pc) == \
+        (FaultCause.PARTITION, LENGTH, 1, 0)
+    assert m.flags[2] == 0, "a faulting VARGMAX writes no flag"
+    m, fault = run_kernel([vargmax(addr=LENGTH - 4, n=32, index=1)])
+    assert fault is None
+
+
 def _raw(op, field, args):
     return MicroInstr.const({"op": op, "args": {field: args}}).as_bits()
+
+
+@pytest.mark.parametrize("args", [
+    {"n": 3, "column": 1, "lane": SMALL.word_bytes},            # the lane is not in a word
+    {"n": 3, "column": 1, "lane": 255, "test": 1},
+    {"n": 3, "lane": 1},                                        # a lane without column
+    {"n": 3, "flag": 2},                                        # flag / expect without test
+    {"n": 3, "column": 1, "expect": 5},
+    {"n": 0, "column": 1, "test": 1},
+])
+def test_vargmax_illegal_encodings(args):
+    instr = _raw(MicroOp.VARGMAX, "vargmax", args)
+    m, fault = run_kernel([micro_nop(), instr])
+    assert fault.cause == FaultCause.ILLEGAL_MICRO and fault.micro_pc == 1
+    assert fault.addr == instr & 0xFFFF_FFFF and fault.in_kernel
+    assert m.index == [0] * 4 and m.flags == [0] * 8
+    assert m.counters["micro_retired"] == 1
+    # The largest lane of a word is legal, on every word size.
+    wide = TileConfig(word_bytes=16, rows=4, cols=3, gmem_bytes=4096, spad_bank_words=128)
+    assert run_kernel([vargmax(addr=0, n=1, index=0, lane=15)], config=wide)[1] is None
+    assert run_kernel([vargmax(addr=0, n=1, index=0, lane=15)])[1].cause == \
+        FaultCause.ILLEGAL_MICRO
 
 
 def test_vcfg_truncates_and_reserved_fields_are_illegal():
@@ -460,6 +528,31 @@ def test_assume_miss_on_vcmp_rolls_back_to_the_other_bank():
 
     # The next run starts in the installed (speculative) bank again, and misses again.
     assert m.run() is None and m.counters["spec_misses"] == 2 and m.mark == 0x13
+
+
+def test_assume_miss_on_vargmax_test():
+    """A VARGMAX with ``test`` writing the guarded flag: a miss as with VCMP when the
+    argmax is not the one expected; a hit (at COMMIT) when it is."""
+    for expect, hit in ((0, True), (3, False)):
+        m, data = _spec_model()
+        # Lane 0 of word 0 is 5, of words 1..3 random: put the column's max in word 0.
+        m.write_gmem(0, bytes([127]) + data[1:])
+        m.write_gmem(SMALL.word_bytes, bytes([0]) + data[SMALL.word_bytes + 1:])
+        m.write_gmem(2 * SMALL.word_bytes, bytes([0]) + data[2 * SMALL.word_bytes + 1:])
+        m.write_gmem(3 * SMALL.word_bytes, bytes([0]) + data[3 * SMALL.word_bytes + 1:])
+        m.load_kernel(0, [dma_load(gmem=0, spad=0, cols=4), wait(),
+                          dma_store(gmem=100, spad=0, cols=4), wait(),
+                          vargmax(addr=0, n=4, index=2, lane=0, flag=2, expect=expect),
+                          wait(compute=True), ret()], part=0)
+        _install(m, [assume(2, 1), call(0), commit(), mark(1), done()])
+        assert m.run() is None
+        c = m.counters
+        assert (c["spec_hits"], c["spec_misses"]) == ((1, 0) if hit else (0, 1))
+        assert m.mark == (1 if hit else 0x13)
+        assert m.index[2] == 0, "the index register is written either way"
+        wb = SMALL.word_bytes
+        stored = m.read_gmem(100 * wb, 4 * wb)
+        assert (stored[:1] == bytes([127])) == hit, "staged stores: published or discarded"
 
 
 def test_assume_miss_at_commit():

@@ -503,7 +503,8 @@ def test_bias_add_before_quantize_folds(tmp_path):
     assert np.abs(steps).max() <= 1 and np.mean(steps == 0) >= 0.999
 
 
-@pytest.mark.parametrize("name", ["digits_mlp.onnx", "digits_cnn.onnx", "digits_rescnn.onnx"])
+@pytest.mark.parametrize("name", ["digits_mlp.onnx", "digits_cnn.onnx", "digits_rescnn.onnx",
+                                  "digits_exit.onnx", "digits_moe.onnx"])
 def test_shipped_workloads(name):
     """The int8 QDQ models shipped in workloads/ import and agree with onnxruntime (the
     MLP flattens its float input before quantising it)."""
@@ -750,3 +751,83 @@ def test_generated_models_on_the_model_target(qdq_results, policy):
             y, _ = infer(dev, program, xs)
             expected = np.stack([run_reference(graph, x)[graph.output] for x in xs])
             assert np.array_equal(y, expected), key
+
+
+# -- data-dependent choices ---------------------------------------------------------------
+
+def _exit_model(rng, threshold=0.5, compare="GreaterOrEqual"):
+    """fc -> (head | fc2) -> Where(ReduceMax(head) >= T, head, fc2): an early exit."""
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc", transB=1),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["r", "we", "be"], ["e"], name="head", transB=1),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["f"], name="fc2", transB=1),
+             helper.make_node("ReduceMax", ["e"], ["m"], name="max", axes=[1], keepdims=1),
+             helper.make_node(compare, ["m", "t"], ["c"], name="test"),
+             helper.make_node("Where", ["c", "e", "f"], ["y"], name="where")]
+    inits = [_init("w", _weights(rng, 12, 6)), _init("b", np.zeros(12)),
+             _init("we", _weights(rng, 5, 12)), _init("be", np.zeros(5)),
+             _init("w2", _weights(rng, 5, 12)), _init("b2", np.zeros(5)),
+             _init("t", np.float32(threshold))]
+    return _model("exit", nodes, inits, [1, 6], [1, 5])
+
+
+def _route_model(rng, last_index=0):
+    """gate | three experts -> Gather(Concat(experts), ArgMax(gate)): top-1 routing."""
+    nodes = [helper.make_node("Gemm", ["x", "wg", "bg"], ["g"], name="gate", transB=1),
+             helper.make_node("ArgMax", ["g"], ["k"], name="route", axis=1, keepdims=0,
+                              select_last_index=last_index)]
+    for i in range(3):
+        nodes.append(helper.make_node("Gemm", ["x", f"w{i}", f"b{i}"], [f"o{i}"],
+                                      name=f"expert{i}", transB=1))
+    nodes += [helper.make_node("Concat", ["o0", "o1", "o2"], ["s"], name="stack", axis=0),
+              helper.make_node("Gather", ["s", "k"], ["y"], name="select", axis=0)]
+    inits = [_init("wg", _weights(rng, 3, 6)), _init("bg", np.zeros(3))]
+    inits += [t for i in range(3) for t in (_init(f"w{i}", _weights(rng, 4, 6)),
+                                            _init(f"b{i}", np.zeros(4)))]
+    return _model("route", nodes, inits, [1, 6], [1, 4])
+
+
+@pytest.mark.parametrize("make", [_exit_model, _route_model])
+def test_data_dependent_choices_agree_with_onnxruntime(tmp_path, make):
+    """An early exit (Where of ReduceMax >= T) and a top-1 route (Gather of stacked
+    results by ArgMax) become one Select; the reference agrees with onnxruntime."""
+    from fusetile.kernels.graph import Select
+    path = quantise(make(np.random.default_rng(5)), tmp_path / "m.onnx")
+    graph = load_model(path)
+    (sel,) = [op for op in graph.ops if isinstance(op, Select)]
+    assert sel.mode == ("threshold" if make is _exit_model else "argmax")
+    samples = np.random.default_rng(6).normal(size=(SAMPLES, 6)).astype(np.float32)
+    steps = compare_with_ort(str(path), graph, samples)
+    assert np.abs(steps).max() <= 1 and np.mean(steps == 0) >= 0.999
+
+
+def test_exit_threshold_is_the_first_int8_that_passes(tmp_path):
+    """GreaterOrEqual and Greater on the dequantised largest element: the int8
+    threshold is exact for values on the grid."""
+    from fusetile.kernels.graph import Select
+    rng = np.random.default_rng(5)
+    path = quantise(_exit_model(rng), tmp_path / "m.onnx")
+    graph = load_model(path)
+    (sel,) = [op for op in graph.ops if isinstance(op, Select)]
+    e = graph.tensors[sel.key]
+    on_grid = np.float32((sel.threshold - e.zero_point) * np.float32(e.scale))
+    for compare, expected in (("GreaterOrEqual", sel.threshold), ("Greater", sel.threshold + 1)):
+        model = onnx.load(path)
+        for init in model.graph.initializer:
+            if init.name == "t":
+                init.CopyFrom(_init("t", on_grid))
+        for node in model.graph.node:
+            if node.name == "test":
+                node.op_type = compare
+        (sel2,) = [op for op in load_model(model).ops if isinstance(op, Select)]
+        assert sel2.threshold == expected
+
+
+@pytest.mark.parametrize("make,match", [
+    (lambda rng: _route_model(rng, last_index=1), r"'route' \(ArgMax\): select_last_index=1"),
+    (lambda rng: _exit_model(rng, compare="Less"), r"'test' \(Less\): unsupported operator"),
+])
+def test_refuses_choices_the_tile_cannot_make(tmp_path, make, match):
+    path = quantise(make(np.random.default_rng(5)), tmp_path / "m.onnx")
+    with pytest.raises(GraphError, match=match):
+        load_model(path)

@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from fusetile.hdl.operands import OperandCheck
 from fusetile.kernels.config import TileConfig
-from fusetile.kernels.isa import MicroOp
+from fusetile.kernels.isa import MicroInstr, MicroOp
 from fusetile.kernels.model import decode_micro
 from fusetile.kernels.operands import MAX_OPERANDS, illegal_operands, operand_ends
 from fusetile.kernels.program import (acc_bias, matmul, requant, vadd, vargmax, vclamp, vcmp,
@@ -35,12 +35,30 @@ def test_config_checked():
     (vclamp(src=9, out=9, n=0, lo=0, hi=1), []),
     (vcmp(addr=4, lane=17, op="GE", imm=0, flag=0), [6]),
     (vargmax(addr=4, n=17, index=0), [6]),
+    (vargmax(addr=4, n=17, index=0, lane=7), [20]),            # column: n words
+    (vargmax(addr=4, n=1, index=0, lane=0, flag=3, expect=9), [4]),
 ])
 def test_operand_ends(instr, ends):
     """The reference, on hand-computed cases of the default 8x8 configuration."""
     op, f = decode_micro(instr)
     assert not illegal_operands(op, f)
     assert operand_ends(op, f, TileConfig()) == ends
+
+
+def test_vargmax_illegal_operands():
+    """VARGMAX's lane must be below word_bytes with ``column`` and 0 without it; flag
+    and expect must be 0 without ``test``."""
+    def raw(**fields):
+        return decode_micro(MicroInstr.const({"op": MicroOp.VARGMAX, "args": {
+            "vargmax": {"n": 1, **fields}}}).as_bits())[1]
+
+    four = TileConfig(rows=4, cols=4, word_bytes=4)
+    assert not illegal_operands(MicroOp.VARGMAX, raw(column=1, lane=7))
+    assert illegal_operands(MicroOp.VARGMAX, raw(column=1, lane=7), four)
+    assert illegal_operands(MicroOp.VARGMAX, raw(column=1, lane=8))
+    for bad in ({"lane": 1}, {"flag": 1}, {"expect": 1}, {"n": 0}):
+        assert illegal_operands(MicroOp.VARGMAX, raw(**bad)), bad
+    assert not illegal_operands(MicroOp.VARGMAX, raw(test=1, flag=7, expect=4095))
 
 
 def _random_instructions(rng, count):
@@ -68,7 +86,7 @@ def test_gateware_matches_reference(config):
             op, f = decode_micro(bits)
             ctx.set(dut.op, op)
             ctx.set(dut.args.raw, bits >> 8)
-            illegal = illegal_operands(op, f)
+            illegal = illegal_operands(op, f, config)
             assert ctx.get(dut.illegal) == illegal, (op, f)
             if illegal:
                 continue

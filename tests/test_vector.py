@@ -276,6 +276,12 @@ def op_vcmp(rng, lanes, regs):
     return items, expected(lanes, VectorOp.VCMP, flag=int(flag)), regs
 
 
+def _expect(rng, index):
+    """VARGMAX's ``expect``: mostly the result or a near miss, any 16-bit value too."""
+    return rng.choice([index, index, index + 1, max(0, index - 1), 0,
+                       rng.randrange(1 << 16)]) & 0xFFFF
+
+
 def op_vargmax(rng, lanes, regs):
     n = rng.randrange(1, 4 * lanes + 1)
     # Few distinct values: ties are the rule; the lowest index must win.
@@ -283,13 +289,34 @@ def op_vargmax(rng, lanes, regs):
     words = [random_word(rng, lanes, values) for _ in range((n - 1) // lanes + 1)]
     flat = [v for w in words for v in w]
     index = arith.vargmax(flat[:n])
+    expect = _expect(rng, index)
     items = [item(lanes, VectorOp.VARGMAX, w, first=t == 0, last=t == len(words) - 1,
-                  lane=(n - 1) % lanes) for t, w in enumerate(words)]
-    return items, expected(lanes, VectorOp.VARGMAX, index=index), regs
+                  lane=(n - 1) % lanes, expect=expect) for t, w in enumerate(words)]
+    return items, expected(lanes, VectorOp.VARGMAX, index=index,
+                           flag=int(arith.vargmax_test(index, expect))), regs
+
+
+def op_vargmax_column(rng, lanes, regs):
+    """VARGMAX with ``column``: the word number of the largest lane ``lane``; the other
+    lanes (random, often larger) must not matter."""
+    n = rng.choice([1, 2, rng.randrange(1, 4 * lanes + 1), rng.randrange(1, 40)])
+    lane = rng.choice([0, lanes - 1, rng.randrange(lanes)])
+    values = rng.choice([None, [-128, 127], [-128], [3, 5, -7], [127]])
+    words = [random_word(rng, lanes, values) for _ in range(n)]
+    for w in words:                     # the other lanes: anything
+        for j in range(lanes):
+            if j != lane and rng.random() < 0.5:
+                w[j] = rng.choice([127, rng.randrange(-128, 128)])
+    index = arith.vargmax_column(words, lane)
+    expect = _expect(rng, index)
+    items = [item(lanes, VectorOp.VARGMAX, w, first=t == 0, last=t == n - 1, column=1,
+                  lane=lane, expect=expect) for t, w in enumerate(words)]
+    return items, expected(lanes, VectorOp.VARGMAX, index=index,
+                           flag=int(arith.vargmax_test(index, expect))), regs
 
 
 OPS = {"vadd": op_vadd, "vpool": op_vpool, "vclamp": op_vclamp, "vcmp": op_vcmp,
-       "vargmax": op_vargmax}
+       "vargmax": op_vargmax, "vargmax_column": op_vargmax_column}
 
 
 def check_program(config, ops, seed, count, bubble_rate=0.1):
@@ -323,7 +350,7 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
 @pytest.mark.parametrize("word_bytes", [8, 16])
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_alu_op_random(op, word_bytes):
-    count = {"vpool": 150, "vcmp": 200, "vargmax": 200}.get(op, 500)
+    count = {"vpool": 150, "vcmp": 200, "vargmax": 200, "vargmax_column": 150}.get(op, 500)
     check_program(TileConfig(word_bytes=word_bytes), [OPS[op]], seed=sorted(OPS).index(op),
                   count=count // (word_bytes // 8))
 
@@ -392,7 +419,8 @@ def test_alu_reduction_with_interleaved_words():
     r = random_regs(rng)
     items, last_index, results = [], [], []
     for _ in range(60):
-        red_items, red_result, _ = rng.choice([op_vpool, op_vcmp, op_vargmax])(rng, lanes, r)
+        red_items, red_result, _ = rng.choice([op_vpool, op_vcmp, op_vargmax,
+                                               op_vargmax_column])(rng, lanes, r)
         for it in red_items:
             while rng.random() < 0.5:
                 if rng.random() < 0.5:
@@ -423,6 +451,59 @@ def vadd_result(lanes, it, r):
     return expected(lanes, VectorOp.VADD, out, sat)
 
 
+@pytest.mark.parametrize("word_bytes", [4, 8])
+def test_alu_vargmax_column_directed(word_bytes):
+    """Column argmax on hand-picked words: n = 1, ties (the lowest word wins), all
+    -128, the other lanes larger; back to back with packed VARGMAX and VCMP words, so
+    neither mode leaks state into the other. Each result's flag tests ``expect``."""
+    config = TileConfig(word_bytes=word_bytes)
+    lanes = config.word_bytes
+    dut = VectorAlu(config)
+    W = lanes
+
+    def word(*values, fill=0):
+        return list(values) + [fill] * (W - len(values))
+
+    cases = [   # (words, lane, expect)
+        ([word(5)], 0, 0),                                           # n = 1
+        ([word(5)], W - 1, 1),
+        ([word(-128, -128)] * 3, 1, 0),                              # all -128: word 0
+        ([word(1, 7), word(2, 9), word(3, 9), word(127, 8)], 1, 1),  # tie: word 1
+        ([word(0, -128, fill=127), word(0, -127)], 1, 1),            # other lanes ignored
+        ([word(-5, fill=127)] * 2 + [word(-4, fill=-128)], 0, 2),
+        ([word(*[-128] * W)] * 5 + [word(*[-127] * W)], W - 1, 4),   # the last word wins
+    ]
+    items, results, last = [], [], []
+    for words, lane, expect in cases:
+        index = arith.vargmax_column(words, lane)
+        items += [item(W, VectorOp.VARGMAX, w, first=t == 0, last=t == len(words) - 1,
+                       column=1, lane=lane, expect=expect) for t, w in enumerate(words)]
+        last.append(len(items) - 1)
+        results.append(expected(W, VectorOp.VARGMAX, index=index,
+                                flag=int(index == expect)))
+        # A packed VARGMAX over the same words, and a VCMP, right behind it.
+        flat = [v for w in words for v in w]
+        n = min(len(flat), W + 1)
+        packed = words[:-(-n // W)]
+        items += [item(W, VectorOp.VARGMAX, w, first=t == 0, last=t == len(packed) - 1,
+                       lane=(n - 1) % W, expect=arith.vargmax(flat[:n]))
+                  for t, w in enumerate(packed)]
+        last.append(len(items) - 1)
+        results.append(expected(W, VectorOp.VARGMAX, index=arith.vargmax(flat[:n]), flag=1))
+        items.append(item(W, VectorOp.VCMP, words[0], first=1, last=1, lane=lane,
+                          cmp=CmpOp.EQ, imm=words[0][lane]))
+        last.append(len(items) - 1)
+        results.append(expected(W, VectorOp.VCMP, flag=1))
+    assert [r[5] for r in results[::3]] == [0, 0, 0, 1, 1, 2, 5]
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, items, collect_alu(W))
+        assert [c for c, _ in outputs] == [i + VectorAlu.LATENCY for i in last]
+        assert [got for _, got in outputs] == results
+
+    run(dut, bench)
+
+
 def test_alu_busy():
     config = TileConfig(word_bytes=8)
     dut = VectorAlu(config)
@@ -449,7 +530,7 @@ def test_alu_busy():
 def test_layouts():
     assert requant_input_layout(8).size == 8 * 32 + 32 + 5 + 24
     assert VectorRegs.as_shape().size == 32 + 32 + 5 + 5 * 8
-    assert vector_input_layout(16).size == 3 + 2 * 128 + 5 + 4 + 2 + 3 * 8
+    assert vector_input_layout(16).size == 3 + 2 * 128 + 6 + 4 + 2 + 3 * 8 + 16
     dut = VectorAlu(TileConfig(word_bytes=16))
     assert len(dut.i.payload.a.as_value()) == 128
     assert len(dut.i.payload.lane) == 4
