@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from fusetile.host import open_transport
+from fusetile.host.adaptive import AdaptiveRunner
 from fusetile.host.device import Device, TileFault
 from fusetile.host.runner import infer, load_program
+from fusetile.host.speculation import Predictor
 from fusetile.kernels.compiler import POLICIES, CompileError, compile_graph
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.graph import Dense, Graph, QTensor, Select, run_reference
@@ -202,3 +204,88 @@ def test_watchdog_inside_the_region_stops_the_tile(target):
     with pytest.raises(TileFault) as info:
         _speculative_run(target, graph, xs, 1, watchdog=40)
     assert info.value.cause == FaultCause.WATCHDOG
+
+
+# -- the speculation manager ------------------------------------------------------------------
+
+def test_predictor_uses_the_data_when_it_beats_history():
+    """Samples from two clusters in random order: history is right about half the
+    time, the nearest samples always; the tournament picks the data predictor."""
+    rng = np.random.default_rng(0)
+    p = Predictor(2)
+    centres = rng.integers(-100, 100, (2, 16))
+    right = []
+    for path in rng.integers(0, 2, 120):
+        x = centres[path] + rng.integers(-5, 5, 16)
+        guess, confidence, guesses = p.predict(x)
+        right.append(guess == path)
+        p.learn(x, path, guesses)
+    assert p.accuracy("data") > 0.95 and p.accuracy("history") < 0.7
+    assert all(right[-40:])
+
+
+def _digits(name, n, *, sort=False):
+    from fusetile.workloads.digits import load_split
+    graph = _shipped(name)
+    _, _, x, y = load_split()
+    order = np.argsort(y[:n], kind="stable") if sort else np.arange(n)
+    shape = (n,) + tuple(graph.tensors[graph.input].shape)
+    return graph, graph.quantize_input(x[:n].reshape(shape))[order]
+
+
+def _shipped(name):
+    from importlib.resources import files
+    from fusetile.host.onnx_import import load_model
+    return load_model(str(files("fusetile.workloads") / f"digits_{name}.onnx"))
+
+
+def _adaptive(target, graph, xs):
+    with open_transport(target, config=TileConfig()) as transport:
+        dev = Device(transport)
+        runner = AdaptiveRunner(dev, graph)
+        y, stats = runner.run(xs)
+        return y, stats, runner
+
+
+@pytest.mark.parametrize("name", ["exit", "moe"])
+def test_adaptive_speculation_beats_the_static_plan(name):
+    """The shipped early-exit and mixture-of-experts networks on shuffled digits:
+    outputs equal the reference, every guess is a counted hit or miss, a miss rolls back
+    in a few cycles, and the steady state takes fewer cycles than the static plan."""
+    graph, xs = _digits(name, 200)
+    y, stats, runner = _adaptive("model", graph, xs)
+    assert np.array_equal(y, _reference(graph, xs))
+    spec = stats.speculation
+    assert spec.hits > spec.misses > 0
+    assert spec.hits + spec.misses == spec.speculated
+    assert spec.rollback_cycles <= 8 * spec.misses
+    _, static = _run("model", graph, xs, "static")
+    steady = stats.steady()
+    assert steady["active_cycles"] / steady["samples"] < static.active_cycles / len(xs)
+    assert sum(runner.profiler.routes[runner.speculator.select.name].values()) == len(xs)
+
+
+def test_threshold_follows_the_measurements_on_a_class_sorted_stream():
+    graph, xs = _digits("exit", 200, sort=True)
+    y, stats, runner = _adaptive("model", graph, xs)
+    assert np.array_equal(y, _reference(graph, xs))
+    spec = runner.speculator
+    # measured: an exit hit saves little and a miss costs the head again, so guessing
+    # "exit" needs more confidence than guessing "continue"
+    assert spec.threshold(0) > spec.threshold(1)
+    assert spec.threshold(0) != spec.prior
+    windows = stats.speculation.windows(50)
+    assert len({round(w["threshold"], 3) for w in windows}) > 1
+
+
+@pytest.mark.cocotb
+def test_adaptive_speculation_on_verilator_matches_the_model():
+    require_simulator("verilator")
+    graph, xs = _digits("moe", 40)
+    y_model, model_stats, _ = _adaptive("model", graph, xs)
+    y_rtl, stats, _ = _adaptive("verilator", graph, xs)
+    assert np.array_equal(y_rtl, y_model)
+    assert np.array_equal(y_rtl, _reference(graph, xs))
+    spec = stats.speculation
+    assert spec.hits > 0 and spec.hits + spec.misses == spec.speculated
+    assert spec.rollback_cycles <= 8 * spec.misses
