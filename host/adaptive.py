@@ -131,9 +131,12 @@ class AdaptiveStats(RunStats):
 
 
 class AdaptiveRunner:
-    """The ``adaptive`` policy on a :class:`~fusetile.host.device.Device`."""
+    """The ``adaptive`` policy on a :class:`~fusetile.host.device.Device`: the fusion
+    engine, and for a graph with a data-dependent choice the speculation manager
+    (``speculate=False``: the fusion engine there too)."""
 
-    def __init__(self, dev, graph, *, interval=4, window=16, cache=None, **engine_args):
+    def __init__(self, dev, graph, *, interval=4, window=16, cache=None, speculate=True,
+                 **engine_args):
         cfg = dev.config
         self.dev, self.graph, self.cfg = dev, graph, cfg
         self.interval = interval
@@ -172,8 +175,9 @@ class AdaptiveRunner:
         self._load(loads)
         dev.load_plan(segment.plan)
         self.program, self.segment = program, segment
-        if any(isinstance(op, Select) for op in graph.ops):
-            # A data-dependent choice: speculation merges across it (and owns the banks).
+        if speculate and any(isinstance(op, Select) for op in graph.ops):
+            # A data-dependent choice: speculation merges across it (and owns the banks;
+            # without it, the fusion engine merges units on either side of the choice).
             self.speculator = Speculator(dev, graph, self.slots, program, segment)
 
     # -- programs -----------------------------------------------------------------------

@@ -41,7 +41,7 @@ def _adaptive(graph, xs, target="model", config=TileConfig(), **kwargs):
 
 def test_adaptive_beats_static_beats_none_on_every_workload():
     results = workload_suite(Device(open_transport("model")), samples=128, target="model")
-    by = {(r["workload"], r["policy"]): r for r in results}
+    by = {(r["workload"], r["policy"]): r for r in results if r["stream"] == "shuffled"}
     for name in ("mlp", "cnn", "rescnn"):
         none, static, adaptive = (by[name, p] for p in ("none", "static", "adaptive"))
         assert adaptive["cycles_per_inference"] < static["cycles_per_inference"] <= \
@@ -51,6 +51,42 @@ def test_adaptive_beats_static_beats_none_on_every_workload():
         assert adaptive["roofline_cycles"] < adaptive["cycles_per_inference"]
     # the MLP has nothing the static rules fuse; adaptive merges its two layers
     assert by["mlp", "static"]["cycles_per_inference"] == by["mlp", "none"]["cycles_per_inference"]
+    # the data-dependent networks: speculation, on the shuffled and the class-sorted
+    # stream, never changes an output
+    for name in ("exit", "moe"):
+        static, adaptive = by[name, "static"], by[name, "adaptive"]
+        assert adaptive["cycles_per_inference"] < static["cycles_per_inference"]
+        spec = adaptive["speculation"]
+        assert spec["hits"] > 0 and spec["rollbacks"] == spec["misses"]
+        assert 0 < spec["rollback_cycles"] <= 8 and spec["predictor_accuracy"] > 0.5
+        assert static["speculation"]["hits"] == static["speculation"]["misses"] == 0
+        (shifted,) = [r for r in results if r["workload"] == name and
+                      r["stream"] == "class-sorted"]
+        assert shifted["speculation"]["windows"] and shifted["output_mismatches"] == 0
+        assert all(by[name, p]["output_mismatches"] == 0 for p in ("static", "adaptive"))
+
+
+@pytest.mark.parametrize("target", ["model", pytest.param("verilator",
+                                                          marks=pytest.mark.cocotb)])
+def test_a_fusion_is_split_when_the_input_stream_changes(target):
+    """The early-exit network with the fusion engine: on 8s (which seldom exit) the late
+    path's two layers run in most inferences and are merged; when the stream changes to
+    0s and 4s (which mostly exit) the merged unit runs seldom and is split again."""
+    if target != "model":
+        require_simulator(target)
+    from fusetile.workloads.digits import load_split
+    graph = _workload("exit")
+    _, _, x, y = load_split()
+    x = graph.quantize_input(x.reshape((-1,) + tuple(graph.tensors[graph.input].shape)))
+    stream = np.concatenate([x[y == 8], x[y == 0], x[y == 4]])
+    runner, out, stats = _adaptive(graph, stream, target, speculate=False)
+    assert np.array_equal(out, np.stack([run_reference(graph, s)[graph.output]
+                                         for s in stream]))
+    fuse, defuse = runner.engine.log
+    assert (fuse["action"], fuse["units"]) == ("fuse", "fc2+fc3")
+    assert fuse["run"] < np.sum(y == 8) < defuse["run"]
+    assert defuse["action"] == "defuse" and defuse["reason"].startswith("ran in")
+    assert stats.fusions == stats.defusions == 1
 
 
 def test_swap_while_running_loses_no_sample(cnn):

@@ -199,11 +199,23 @@ def test_a_fault_inside_the_region_is_a_miss(target, fault):
 def test_watchdog_inside_the_region_stops_the_tile(target):
     """The watchdog is not a miss (the guess did not cause it): the tile stops with the
     cause, the host raises, and after clear_fault the same program runs correctly."""
+    if target != "model":
+        require_simulator(target)
     graph = exit_net(1)
-    xs = _samples(graph, 2)
-    with pytest.raises(TileFault) as info:
-        _speculative_run(target, graph, xs, 1, watchdog=40)
-    assert info.value.cause == FaultCause.WATCHDOG
+    xs = _samples(graph, 3)
+    program = compile_graph(graph, TileConfig(), speculate=1, stable_layout=True)
+    with open_transport(target, config=TileConfig()) as transport:
+        dev = Device(transport)
+        load_program(dev, program)
+        dev.regs.WATCHDOG.write(limit=40)
+        with pytest.raises(TileFault) as info:
+            infer(dev, program, xs[:1])
+        assert info.value.cause == FaultCause.WATCHDOG
+        assert int(dev.counter("faults")) == 1 and int(dev.counter("spec_misses")) == 0
+        dev.clear_fault()
+        dev.regs.WATCHDOG.write(limit=0)
+        y, _ = infer(dev, program, xs)
+    assert np.array_equal(y, _reference(graph, xs))
 
 
 # -- the speculation manager ------------------------------------------------------------------
