@@ -132,6 +132,18 @@ def _speculation(counters, stats=None):
             "predictor_accuracy": None, "speculated_runs": 0}
 
 
+def _routes(dev, graph):
+    """How often each path of the graph's choice ran, from the tile's branch counters
+    (a threshold's BRANCH tests flag 0 and is taken to path 0); None for a SWITCH (no
+    counter: the adaptive runtime's profiler counts those)."""
+    from ..kernels.graph import Select
+    sel = next(op for op in graph.ops if isinstance(op, Select))
+    if sel.mode != "threshold":
+        return None
+    flag0 = dev.branch_counters()[0]
+    return {sel.name: {"0": int(flag0["taken"]), "1": int(flag0["not_taken"])}}
+
+
 def _is_flow(graph):
     from ..kernels.graph import Select
     return any(isinstance(op, Select) for op in graph.ops)
@@ -177,7 +189,8 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
         seconds = runner.compile_seconds
         if runner.speculator is not None:
             row["speculation"] = _speculation(None, stats.speculation)
-            row["routes"] = {k: dict(v) for k, v in runner.profiler.routes.items()}
+            row["routes"] = {k: {str(p): n for p, n in sorted(v.items())}
+                             for k, v in runner.profiler.routes.items()}
             first = len(x) // 4
             seconds += runner.speculator.compile_seconds
         else:
@@ -207,6 +220,7 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
             if flow:
                 counters = dev.counters()
                 row["speculation"] = _speculation({c: int(counters[c]) for c in _SPEC})
+                row["routes"] = _routes(dev, graph)
             results.append(row)
             done += 1
             if progress:

@@ -64,6 +64,10 @@ def test_adaptive_beats_static_beats_none_on_every_workload():
                       r["stream"] == "class-sorted"]
         assert shifted["speculation"]["windows"] and shifted["output_mismatches"] == 0
         assert all(by[name, p]["output_mismatches"] == 0 for p in ("static", "adaptive"))
+        (routes,) = adaptive["routes"].values()          # the profiler's, per path
+        assert sum(routes.values()) == 128
+    # the tile's branch counters count the early exits the same
+    assert by["exit", "static"]["routes"] == by["exit", "adaptive"]["routes"]
 
 
 @pytest.mark.parametrize("target", ["model", pytest.param("verilator",
