@@ -52,7 +52,8 @@ def roofline_plot(results, config, path):
     plt = _pyplot()
     peak = config.rows * config.cols                # MACs per cycle
     bandwidth = config.word_bytes                   # GMEM bytes per cycle (one word)
-    rows = [r for r in results if r["gmem_bytes_per_inference"]]
+    rows = [r for r in results if r["gmem_bytes_per_inference"] and
+            r.get("stream", "shuffled") == "shuffled"]
     lo = min([0.5] + [r["macs_per_inference"] / r["gmem_bytes_per_inference"] for r in rows])
     hi = max([4 * peak / bandwidth] + [r["macs_per_inference"] /
                                        r["gmem_bytes_per_inference"] for r in rows])
@@ -80,7 +81,7 @@ def roofline_plot(results, config, path):
     plt.close(fig)
 
 
-_COLUMNS = ("workload", "policy", "cycles_per_inference", "roofline_cycles",
+_COLUMNS = ("workload", "policy", "stream", "cycles_per_inference", "roofline_cycles",
             "gmem_bytes_per_inference", "mac_utilization", "fusions", "defusions",
             "swap_idle_cycles", "output_mismatches")
 
@@ -91,6 +92,25 @@ def _cell(value):
     return html.escape(str(value))
 
 
+def _speculation_html(r):
+    """A data-dependent workload's speculation: totals and windows of 100 inferences."""
+    s = r["speculation"]
+    rows = []
+    for w in s.get("windows", []):
+        hit = "" if w["hit_rate"] is None else f"{w['hit_rate']:.0%}"
+        rows.append(f"<tr><td>{w['first']}..{w['first'] + w['inferences'] - 1}</td>"
+                    f"<td>{w['cycles_per_inference']:,.0f}</td><td>{w['speculated']}</td>"
+                    f"<td>{hit}</td><td>{w['threshold']:.2f}</td>"
+                    f"<td>{w['predictor_accuracy']:.0%}</td></tr>")
+    return (f"<h3>{html.escape(r['workload'])}, {html.escape(r.get('stream', ''))} stream</h3>"
+            f"<p>{s['hits']} hits, {s['misses']} misses (rolled back in "
+            f"{s['rollback_cycles']:.1f} cycles each), predictor right "
+            f"{s['predictor_accuracy']:.0%} of the time</p>"
+            "<table><tr><th>inferences</th><th>cycles / inference</th><th>guesses</th>"
+            "<th>hit rate</th><th>threshold</th><th>predictor right</th></tr>"
+            f"{''.join(rows)}</table>")
+
+
 def write_report(out_dir, results, config, *, target="?"):
     """Write the plots and ``report.html`` into ``out_dir`` from ``results`` (rows of the
     workloads suite; an adaptive row's ``trace`` is its last run's); return the paths."""
@@ -99,7 +119,7 @@ def write_report(out_dir, results, config, *, target="?"):
     paths = {"roofline": out / "roofline.png", "html": out / "report.html"}
     timelines = []
     for r in results:
-        if r.get("trace"):
+        if r.get("trace") and r.get("stream", "shuffled") == "shuffled":
             path = out / f"timeline-{r['workload']}.png"
             timeline_plot(r["trace"], path, title=f"{r['workload']}, one run of the "
                           f"{r['policy']} plan")
@@ -114,6 +134,8 @@ def write_report(out_dir, results, config, *, target="?"):
                                         else f" (score {e.get('score', '')}, threshold "
                                              f"{e.get('threshold', '')})") + "</li>"
         for r in results for e in r.get("fusion_log", []))
+    speculation = "\n".join(_speculation_html(r) for r in results
+                             if r["policy"] == "adaptive" and r.get("speculation"))
     paths["html"].write_text(f"""<!doctype html>
 <meta charset="utf-8"><title>fusetile report</title>
 <style>body {{ font-family: sans-serif; margin: 2em; }} td, th {{ padding: 2px 8px;
@@ -126,6 +148,7 @@ background: #f4f4f4; }}</style>
 {rows}
 </table>
 <h2>Fusion decisions</h2><ul>{log or "<li>none</li>"}</ul>
+<h2>Speculation</h2>{speculation or "<p>no data-dependent workload</p>"}
 <h2>Timelines (one plan run each)</h2>{"".join(f'<p><img src="{t}"></p>' for t in timelines)}
 <h2>Roofline</h2><img src="roofline.png">
 """)

@@ -152,16 +152,20 @@ def test_bench_workloads_json(capsys):
     status, data = _json(capsys, ["bench", "--target", "model", "--samples", "48"])
     assert status == 0 and data["suite"] == "workloads"
     assert data["hardware"]["profile_hash"] == TileConfig().profile_hash
-    rows = {(r["workload"], r["policy"]): r for r in data["results"]}
-    assert set(rows) == {(w, p) for w in ("mlp", "cnn", "rescnn")
-                         for p in ("none", "static", "adaptive")}
+    rows = {(r["workload"], r["policy"], r["stream"]): r for r in data["results"]}
+    assert set(rows) == {(w, p, "shuffled") for w in ("mlp", "cnn", "rescnn", "exit", "moe")
+                         for p in ("none", "static", "adaptive")} | \
+        {(w, "adaptive", "class-sorted") for w in ("exit", "moe")}
     for r in data["results"]:
         for key in ("inferences", "cycles_per_inference", "gmem_bytes_per_inference",
                     "mac_utilization", "roofline_cycles", "fusions", "defusions",
                     "swap_idle_cycles", "output_mismatches", "warmup_inferences"):
             assert key in r, key
         assert r["output_mismatches"] == 0 and r["target"] == "model"
-    assert rows["cnn", "adaptive"]["fusions"] == 1
+    assert rows["cnn", "adaptive", "shuffled"]["fusions"] == 1
+    for w in ("exit", "moe"):
+        for key in ("hits", "misses", "rollbacks", "rollback_cycles", "predictor_accuracy"):
+            assert key in rows[w, "adaptive", "shuffled"]["speculation"], key
 
 
 def test_report_from_a_bench_json(tmp_path, capsys):
@@ -175,6 +179,7 @@ def test_report_from_a_bench_json(tmp_path, capsys):
         assert path.stat().st_size > 1000, name
     page = Path(paths["html"]).read_text()
     assert "fuse</b> conv2+pool2+fc" in page and "timeline-cnn.png" in page
+    assert "<h3>moe, class-sorted stream</h3>" in page and "hit rate" in page
 
 
 def test_report_rejects_other_json(tmp_path, capsys):
