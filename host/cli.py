@@ -395,6 +395,8 @@ def run_command(args, out):
                       swap_idle_cycles=stats.swap_idle_cycles,
                       units=["+".join(g) for g in adaptive.program.groups],
                       fusion_log=adaptive.engine.log)
+        if stats.speculation is not None:
+            result["speculation"] = stats.speculation.summary()
 
     def human(console):
         from rich.table import Table
@@ -406,6 +408,11 @@ def run_command(args, out):
             table.add_row(key.replace("_per_inference", ""),
                           f"{value:.1%}" if key == "mac_utilization" else f"{value:,.1f}")
         console.print(table)
+        spec = result.get("speculation")
+        if spec:
+            console.print(f"speculation: {spec['hits']} hits, {spec['misses']} misses "
+                          f"(rolled back in {spec['rollback_cycles']:.1f} cycles each), "
+                          f"predictor right {100 * spec['predictor_accuracy']:.0f} %")
         if args.output:
             console.print(f"outputs written to {args.output}")
 

@@ -210,3 +210,21 @@ def test_run_adaptive_with_a_cache(tmp_path, capsys):
     status, second = _json(capsys, argv)
     assert second["jit_compiles"] == 0 and second["fusions"] == 0
     assert second["units"] == ["fc1+fc2"]
+
+
+def test_run_adaptive_speculates_on_a_mixture_of_experts(tmp_path, capsys):
+    import numpy as np
+    from fusetile.workloads.digits import load_split
+    x, y = tmp_path / "x.npy", tmp_path / "y.npy"
+    np.save(x, load_split()[2][:48])
+    model = str(Path(__file__).parents[1] / "workloads" / "digits_moe.onnx")
+    runs = {}
+    for policy in ("static", "adaptive"):
+        status, runs[policy] = _json(capsys, ["run", model, "--input", str(x), "--output",
+                                              str(y), "--target", "model", "--policy", policy])
+        assert status == 0
+        runs[policy]["y"] = np.load(y)
+    spec = runs["adaptive"]["speculation"]
+    assert runs["adaptive"]["lanes"] == 1 and spec["hits"] > 0
+    assert spec["rollbacks"] == spec["misses"]
+    assert np.array_equal(runs["adaptive"]["y"], runs["static"]["y"])
