@@ -30,11 +30,12 @@ later, when it is tried again: a shifted input stream gets a new chance.
 
 from collections import Counter, deque
 from dataclasses import dataclass, field
+import math
 import time
 
 import numpy as np
 
-from ..kernels.compiler import compile_graph
+from ..kernels.compiler import CompileError, compile_graph
 from ..kernels.graph import Select
 
 
@@ -254,7 +255,14 @@ class Speculator:
             self.stats.log.append({"run": run, "action": "probe", "path": path})
         guess = path if path not in self.retired and \
             confidence >= self.threshold(path) else None
-        self._install(guess)
+        try:
+            self._install(guess)
+        except CompileError as e:            # no speculative unit for this path: never
+            self.retired[path] = math.inf
+            self.stats.log.append({"run": run, "action": "retire", "path": path,
+                                   "why": str(e)})
+            guess = None
+            self._install(None)
         return guess, path, guesses
 
     def after(self, x, run, guess, predicted, guesses, counters):

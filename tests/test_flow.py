@@ -301,3 +301,18 @@ def test_adaptive_speculation_on_verilator_matches_the_model():
     spec = stats.speculation
     assert spec.hits > 0 and spec.hits + spec.misses == spec.speculated
     assert spec.rollback_cycles <= 8 * spec.misses
+
+
+def test_a_path_without_a_speculative_unit_runs_unspeculated():
+    """On a tile whose staging buffer cannot hold the result, no speculative plan
+    compiles: the runtime says so once per path and runs the fallback, correctly."""
+    config = TileConfig(staging_words=8)
+    graph = exit_net(1)
+    xs = _samples(graph, 30)
+    with open_transport("model", config=config) as transport:
+        runner = AdaptiveRunner(Device(transport), graph)
+        y, stats = runner.run(xs)
+    assert np.array_equal(y, _reference(graph, xs))
+    assert stats.speculation.speculated == 0 and stats.speculation.hits == 0
+    retired = [e for e in stats.speculation.log if e["action"] == "retire"]
+    assert retired and all("staging buffer holds 8" in e["why"] for e in retired)
