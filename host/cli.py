@@ -542,8 +542,9 @@ def _bench_workloads(args, out, config):
                 hit = "-" if w["hit_rate"] is None else f"{100 * w['hit_rate']:.0f} %"
                 console.print(f"  inferences {w['first']}..{w['first'] + w['inferences'] - 1}"
                               f": {w['cycles_per_inference']:,.0f} cycles, hit rate {hit} "
-                              f"of {w['speculated']} guesses, threshold "
-                              f"{w['threshold']:.2f}")
+                              f"of {w['speculated']} guesses, paths "
+                              f"{w['paths']}, thresholds "
+                              f"{' / '.join(f'{t:.2f}' for t in w['thresholds'])}")
 
     out.result(data, human=human)
     return 0 if all(r["output_mismatches"] == 0 for r in results) else 1

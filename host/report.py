@@ -92,6 +92,10 @@ def _cell(value):
     return html.escape(str(value))
 
 
+def _paths(counts):
+    return ", ".join(f"{p}: {n}" for p, n in counts.items())
+
+
 def _speculation_html(r):
     """A data-dependent workload's speculation: totals and windows of 100 inferences."""
     s = r["speculation"]
@@ -100,14 +104,17 @@ def _speculation_html(r):
         hit = "" if w["hit_rate"] is None else f"{w['hit_rate']:.0%}"
         rows.append(f"<tr><td>{w['first']}..{w['first'] + w['inferences'] - 1}</td>"
                     f"<td>{w['cycles_per_inference']:,.0f}</td><td>{w['speculated']}</td>"
-                    f"<td>{hit}</td><td>{w['threshold']:.2f}</td>"
+                    f"<td>{hit}</td><td>{_paths(w['guesses'])}</td>"
+                    f"<td>{_paths(w['paths'])}</td>"
+                    f"<td>{' / '.join(f'{t:.2f}' for t in w['thresholds'])}</td>"
                     f"<td>{w['predictor_accuracy']:.0%}</td></tr>")
     return (f"<h3>{html.escape(r['workload'])}, {html.escape(r.get('stream', ''))} stream</h3>"
             f"<p>{s['hits']} hits, {s['misses']} misses (rolled back in "
             f"{s['rollback_cycles']:.1f} cycles each), predictor right "
             f"{s['predictor_accuracy']:.0%} of the time</p>"
             "<table><tr><th>inferences</th><th>cycles / inference</th><th>guesses</th>"
-            "<th>hit rate</th><th>threshold</th><th>predictor right</th></tr>"
+            "<th>hit rate</th><th>guessed paths</th><th>paths taken</th>"
+            "<th>thresholds per path</th><th>predictor right</th></tr>"
             f"{''.join(rows)}</table>")
 
 

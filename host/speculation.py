@@ -102,6 +102,11 @@ class Predictor:
         self.outcomes.append(path)
 
 
+def _counts(values):
+    """{str(value): count}, in order of value (JSON keys)."""
+    return {str(k): n for k, n in sorted(Counter(values).items())}
+
+
 class _Mean:
     """A running mean that follows change (exponential, plain for the first ``n``)."""
 
@@ -136,17 +141,20 @@ class SpeculationStats:
                 "speculated_runs": self.speculated}
 
     def windows(self, size=100):
-        """Per window of ``size`` inferences: hit rate (of the speculated runs), cycles
-        per inference, the threshold and the predictor's accuracy."""
+        """Per window of ``size`` inferences: cycles per inference, how often each path
+        ran and was guessed, the hit rate of the guesses, each path's threshold at the
+        window's end, and the predictor's accuracy."""
         out = []
         for i in range(0, len(self.runs), size):
             w = self.runs[i:i + size]
             spec = [r for r in w if r["guess"] is not None]
             out.append({"first": i, "inferences": len(w),
                         "cycles_per_inference": sum(r["cycles"] for r in w) / len(w),
+                        "paths": _counts(r["path"] for r in w),
+                        "guesses": _counts(r["guess"] for r in spec),
                         "speculated": len(spec),
                         "hit_rate": sum(r["hit"] for r in spec) / len(spec) if spec else None,
-                        "threshold": float(np.mean([r["threshold"] for r in w])),
+                        "thresholds": [round(t, 3) for t in w[-1]["thresholds"]],
                         "predictor_accuracy": sum(r["predicted"] == r["path"]
                                                   for r in w) / len(w)})
         return out
@@ -184,6 +192,7 @@ class Speculator:
         self.base = [_Mean() for _ in range(self.paths)]    # fallback cycles, per path
         self.hit = [_Mean() for _ in range(self.paths)]     # cycles of a hit, per guess
         self.miss = [_Mean() for _ in range(self.paths)]    # extra cycles of a miss
+        self.gains = [deque(maxlen=16) for _ in range(self.paths)]   # per guess: saved
         self.retired = {}                # path -> run it was retired at
         self.stats = SpeculationStats()
         self.active = int(dev.status().active_bank)
@@ -281,10 +290,21 @@ class Speculator:
             self.hit[guess].add(cycles)
         elif self.base[path].value is not None:
             self.miss[guess].add(cycles - self.base[path].value)
-        if guess is not None and self.threshold(guess) >= 1.0 and guess not in self.retired:
-            self.retired[guess] = run
-            self.stats.log.append({"run": run, "action": "retire", "path": guess,
-                                   "why": "hits save no cycles"})
+        if guess is not None and self.base[path].value is not None:
+            self.gains[guess].append(self.base[path].value - cycles)
+        if guess is not None and guess not in self.retired:
+            why = None
+            if self.threshold(guess) >= 1.0:
+                why = "hits save no cycles"
+            elif len(self.gains[guess]) == self.gains[guess].maxlen and \
+                    sum(self.gains[guess]) < 0:
+                why = (f"its last {len(self.gains[guess])} guesses cost "
+                       f"{-sum(self.gains[guess]):.0f} cycles more than they saved")
+            if why:
+                self.retired[guess] = run
+                self.gains[guess].clear()
+                self.stats.log.append({"run": run, "action": "retire", "path": guess,
+                                       "why": why})
         s = self.stats
         s.hits += counters["spec_hits"]
         s.misses += counters["spec_misses"]
@@ -293,6 +313,7 @@ class Speculator:
         s.predictions += 1
         s.correct += predicted == path
         s.runs.append({"path": path, "guess": guess, "predicted": predicted, "hit": hit,
-                       "cycles": cycles, "threshold": self.threshold(predicted)})
+                       "cycles": cycles,
+                       "thresholds": [self.threshold(p) for p in range(self.paths)]})
         self.predictor.learn(x, path, guesses)
         return path
