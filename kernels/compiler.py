@@ -917,12 +917,13 @@ class _Compiler:
         return body + [vcmp(addr=src, lane=0, op=cmp, imm=imm, flag=_SELECT_FLAG)]
 
     def speculative(self, ops, view, guess):
-        """One kernel running the key's producer, the decision of ``view.flow``'s
-        Select (guessing path ``guess``) and the ops of that path (``ops``, graph order:
-        Dense, Add, Clamp over vectors), every intermediate in the scratchpad: every
-        weight loaded, the inputs from outside loaded, then per op its compute
-        instructions, the decision right after the key; the results read outside the
-        kernel stored at the end (in a speculative region, into the staging buffer).
+        """One kernel running ``ops`` (graph order: Dense, Add, Clamp over vectors): the
+        head (the key's producer and the ops before it), the decision of ``view.flow``'s
+        Select guessing path ``guess``, and that path's ops; every intermediate in the
+        scratchpad: every weight and the inputs from outside loaded, then per op its
+        compute instructions, the decision right after the key; the results read
+        outside the kernel stored at the end (in a speculative region, into the staging
+        buffer).
 
         The loads are queued at once, the inputs and the key producer's weights first,
         each Dense's weights with a DMA token of their own, and each op waits only for
