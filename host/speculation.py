@@ -171,6 +171,8 @@ class Speculator:
         Where kernels live (shared with the caller, who loaded the fallback).
     fallback : Program
         The unspeculated program (``stable_layout``), loaded and active.
+    segment : Segment
+        Its segment as loaded (kernels in the slots ``slots`` gave them).
     prior : float
         The threshold before hits and misses have been measured.
     probe : int
