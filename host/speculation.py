@@ -131,6 +131,7 @@ class SpeculationStats:
     correct: int = 0
     log: list = field(default_factory=list)        # decisions: run, action, path, why
     runs: list = field(default_factory=list)       # per run: path, guess, hit, cycles, ...
+    paths: list = field(default_factory=list)      # per path: what a guess is worth
 
     def summary(self):
         """The ``speculation`` object of ``fusetile bench --json``."""
@@ -138,7 +139,7 @@ class SpeculationStats:
                 "rollback_cycles": self.rollback_cycles / self.misses if self.misses else 0,
                 "predictor_accuracy": self.correct / self.predictions
                 if self.predictions else 0.0,
-                "speculated_runs": self.speculated}
+                "speculated_runs": self.speculated, "paths": self.paths}
 
     def windows(self, size=100):
         """Per window of ``size`` inferences: cycles per inference, how often each path
@@ -317,5 +318,15 @@ class Speculator:
         s.runs.append({"path": path, "guess": guess, "predicted": predicted, "hit": hit,
                        "cycles": cycles,
                        "thresholds": [self.threshold(p) for p in range(self.paths)]})
+        s.paths = [self.worth(p) for p in range(self.paths)]
         self.predictor.learn(x, path, guesses)
         return path
+
+    def worth(self, path):
+        """What guessing ``path`` is worth, as measured: the fallback's cycles when it
+        is taken, a hit's cycles, the cycles a miss adds, the threshold."""
+        def r(m):
+            return None if m.value is None else round(m.value, 1)
+        return {"fallback_cycles": r(self.base[path]), "hit_cycles": r(self.hit[path]),
+                "lost_per_miss": r(self.miss[path]), "threshold": round(self.threshold(path), 3),
+                "retired": path in self.retired}
