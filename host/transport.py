@@ -301,3 +301,4 @@ register_transport_path("amaranth", "fusetile.host.amaranth_sim:AmaranthTranspor
 register_transport_path("verilator", "fusetile.sim.cocotb_transport:VerilatorTransport")
 register_transport_path("icarus", "fusetile.sim.cocotb_transport:IcarusTransport")
 register_transport_path("model", "fusetile.host.model_transport:ModelTransport")
+register_transport_path("serial", "fusetile.host.serial_transport:SerialTransport")
