@@ -116,15 +116,12 @@ class AdaptiveStats(RunStats):
 
     def steady(self):
         """Counter totals and samples over the runs on the final plan (all runs when
-        there was no adapting: the static fallback); with speculation, whose plan
-        changes from run to run, over the last three quarters of the runs (the first
-        quarter trains the predictors and measures the paths)."""
-        if not self.runs_log:
+        there was no adapting: the static fallback). With speculation, over all the
+        runs, the predictors' training included: what a run costs depends on its
+        sample's path, so only the same samples compare with another policy."""
+        if not self.runs_log or self.speculation is not None:
             return {c: getattr(self, c) for c in _PER_RUN} | {"samples": self.samples}
-        if self.speculation is not None:
-            last = self.runs_log[len(self.runs_log) // 4:]
-        else:
-            last = [r for r in self.runs_log if r["plan"] == self.runs_log[-1]["plan"]]
+        last = [r for r in self.runs_log if r["plan"] == self.runs_log[-1]["plan"]]
         out = {c: sum(r[c] for r in last) for c in _PER_RUN}
         out["samples"] = sum(r["samples"] for r in last)
         return out

@@ -154,8 +154,8 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
     """Every shipped workload under ``none``, ``static`` and ``adaptive`` on ``dev``:
     rows of the ``fusetile bench`` JSON (see docs/performance.md). ``adaptive``'s cycle
     figures are its steady state: the runs on the plan it settled on (with speculation,
-    the last three quarters of the runs), and its row carries the trace of its last run
-    (``trace``, for ``fusetile report``). The data-dependent workloads' rows carry
+    all the runs: only the same samples compare), and its row carries the trace of its
+    last run (``trace``, for ``fusetile report``). The data-dependent workloads' rows carry
     ``speculation``; they also run ``adaptive`` on the same digits sorted by class (a
     distribution shift), a row with ``stream`` ``"class-sorted"`` whose speculation
     has per-window figures."""
