@@ -47,7 +47,7 @@ VERILATOR_ARGS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-fatal")
 TIMESCALE = ("1ns", "1ps")
 _STAMP = "fusetile-build.json"
 #: Model directories kept per simulator (the most recently used ones).
-KEEP_MODELS = 6
+KEEP_MODELS = 10
 _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -1,0 +1,200 @@
+"""The ``serial`` transport against the gateware: the UART bridge and the tile in Verilator.
+
+As ``tests/test_serial_transport.py``, but the pseudo-terminal's other side is
+:class:`~fusetile.sim.uart_rtl.RtlBridge`: the bytes are bit-banged onto the ``rx`` pin
+of ``Tile`` + ``UartBridge`` (``fusetile.sim.uart_top``) under cocotb and the responses
+decoded from ``tx``. One simulator serves the module; the top is reset before each
+test.
+"""
+
+import numpy as np
+import pytest
+
+from fusetile.hdl import regmap
+from fusetile.host.device import Device
+from fusetile.host.runner import infer, load_program
+from fusetile.host.transport import BusError, open_transport
+from fusetile.host.uart_protocol import MAX_WORDS, Cmd, Status
+from fusetile.kernels.config import TileConfig
+
+from conftest import require_simulator
+from scenarios import SCENARIOS
+
+
+pytestmark = pytest.mark.cocotb
+
+# As tests/test_serial_transport.py.
+CONFIG = TileConfig(gmem_bytes=4096, spad_bank_words=128, trace_depth=8)
+MM = regmap.tile_memory_map(CONFIG)
+GMEM = MM["GMEM"].addr
+WATCHDOG = MM["WATCHDOG"].addr
+# The tile only runs while the simulator serves a request: wait_cycles need not sleep.
+CLOCK_HZ = 1e9
+# Seconds the host waits for a response: the simulator may be slow on a busy machine.
+TIMEOUT = 20.0
+
+
+@pytest.fixture(scope="module")
+def rtl_board():
+    require_simulator("verilator")
+    from fusetile.sim.uart_board import UartBoard
+    from fusetile.sim.uart_rtl import RtlBridge
+
+    with UartBoard(RtlBridge(CONFIG)) as board:
+        yield board
+
+
+@pytest.fixture
+def board(rtl_board):
+    rtl_board.bridge.reset()
+    rtl_board.frames.clear()
+    return rtl_board
+
+
+@pytest.fixture
+def link(board):
+    with open_transport(f"serial:{board.port}@3000000", timeout=TIMEOUT, clock_hz=CLOCK_HZ,
+                        config=CONFIG) as transport:
+        yield transport
+
+
+@pytest.fixture
+def dev(link):
+    return Device(link)
+
+
+def _frames(board, since=0):
+    return [(f.cmd, f.addr, f.count, f.status) for f in board.frames[since:]]
+
+
+def test_identity(dev, board):
+    with open_transport("model", config=CONFIG) as model:
+        assert dev.identity() == Device(model).identity()
+    assert dev.hardware_profile() == CONFIG == dev.config
+    assert dev.version() == regmap.VERSION
+    assert board.frames[0].cmd == Cmd.READ and board.frames[0].count == 6, \
+        "the identity registers in one burst"
+
+
+def test_windows_and_registers_round_trip(dev):
+    data = bytes(range(7, 7 + 203))
+    dev.write_window("GMEM", 5, data)
+    assert dev.read_window("GMEM", 5, len(data)) == data
+    plan = [0x1234_5678_9ABC_DEF0 + i for i in range(40)]
+    dev.write_plan(1, plan)
+    assert dev.read_plan(1, 40) == plan
+    kernel = [(1 << 127) | i << 64 | 0xA5A5_A5A5 for i in range(20)]   # SYNC_REQ in data
+    dev.write_kernel(3, kernel)
+    assert dev.read_kernel(3, 20) == kernel
+    dev.regs.WATCHDOG.write(limit=123_456)
+    assert dev.regs.WATCHDOG.read().limit == 123_456
+    dev.set_partition(2, base=0x40, length=64)
+    view = dev.regs.PART[2].read()
+    assert (view.base, view.length) == (0x40, 64)
+
+
+def test_bus_error_names_the_register(dev):
+    with pytest.raises(BusError, match=r"read from 0x00008000 \(unmapped\)") as err:
+        dev.transport.read32(0x8000)
+    assert err.value.addr == 0x8000 and not err.value.write
+    with pytest.raises(BusError, match=r"write to 0x00000024 \(STATUS\)"):
+        dev.transport.write32(dev.regs.STATUS.addr, 1)    # read-only: the tile answers ERR
+
+
+def test_bus_error_mid_burst_names_the_word(dev):
+    end = GMEM + CONFIG.gmem_bytes
+    with pytest.raises(BusError, match=rf"write to {end:#010x} \(GMEM \+ 0x1000\)") as err:
+        dev.transport.write_burst(end - 8, [1, 2, 3, 4])
+    assert err.value.addr == end and err.value.write
+    assert dev.transport.read_burst(end - 8, 2) == [1, 2], "the words before it were written"
+    with pytest.raises(BusError) as err:
+        dev.transport.read_burst(end - 4, 2)
+    assert err.value.addr == end
+
+
+# As over the stand-in: the host's wait_cycles does not run the tile's clock (here the
+# simulator stands still while the host sleeps), so a check of how far the counters
+# moved in a wait means nothing over the link.
+_CLOCK_EXACT = {"counters_freeze_and_clear"}
+# These watch the tile mid-plan (start, then see it running / in a kernel / speculating,
+# or abort it). One register access over the line costs ~15 byte times (600 cycles at
+# divisor 4; ~2500 at 3 Mbaud and 50 MHz on a board), so their "slow" kernels are done
+# before the host looks: the stand-in passes them only because its tile's clock moves
+# just a few cycles per access.
+_TOO_FAST_FOR_THE_LINE = {"bank_swap_is_atomic", "slot_protection", "abort",
+                          "speculation_hit_publishes"}
+
+
+# Moves all of GMEM over the line five times (~20 KB, ~850k cycles: about a minute at
+# the ~25k cycles/s the Verilator model runs at under cocotb).
+_SLOW_OVER_THE_LINE = {"speculation_miss_rolls_back"}
+
+
+@pytest.mark.parametrize("scenario", [
+    pytest.param(s, marks=[pytest.mark.slow] if s.__name__ in _SLOW_OVER_THE_LINE else [])
+    for s in SCENARIOS if s.__name__ not in _CLOCK_EXACT | _TOO_FAST_FOR_THE_LINE],
+    ids=lambda s: s.__name__)
+def test_scenario(dev, scenario):
+    scenario(dev)
+
+
+def test_mlp_on_eight_digits(dev, board):
+    from fusetile.host.bench import _workload
+    from fusetile.kernels.compiler import compile_graph
+    from fusetile.workloads.digits import load_split
+
+    graph = _workload("mlp")
+    x_test = load_split()[2][:8]
+    x = graph.quantize_input(x_test.reshape((len(x_test),) + tuple(
+        graph.tensors[graph.input].shape)))
+    program = compile_graph(graph, CONFIG)
+
+    with open_transport("model", config=CONFIG) as model:
+        golden = Device(model)
+        load_program(golden, program)
+        want, _ = infer(golden, program, x)
+
+    load_program(dev, program)
+    before = board.bridge.cycles
+    got, stats = infer(dev, program, x)
+    assert np.array_equal(got, want)
+    assert board.bridge.cycles > before
+    assert stats.samples == 8 and stats.macs > 0
+
+
+def test_corrupted_request_is_resent(link, board):
+    link.write32(WATCHDOG, 77)
+    since = len(board.frames)
+    board.corrupt(1, skip=6)                          # the CRC byte of a read request
+    assert link.read32(WATCHDOG) == 77
+    assert link.resends == 1
+    word = WATCHDOG >> 2
+    assert _frames(board, since) == [(Cmd.READ, word, 1, Status.BAD_CRC),
+                                     (Cmd.READ, word, 1, Status.OK)]
+
+
+def test_corrupted_write_is_not_carried_out_then_resent(link, board):
+    values = list(range(100, 100 + MAX_WORDS))
+    since = len(board.frames)
+    board.corrupt(1, skip=6 + 4 * 10)                 # a data byte of word 10
+    link.write_burst(GMEM, values)
+    assert link.resends == 1
+    assert [f.status for f in board.frames[since:]] == [Status.BAD_CRC, Status.OK]
+    assert link.read_burst(GMEM, MAX_WORDS) == values
+
+
+def test_frame_timeout_through_the_rtl(board):
+    """A frame cut short is dropped by the gateware's own frame timeout."""
+    import serial
+    from fusetile.host.uart_protocol import decode_response, encode_request, encode_response
+
+    with serial.Serial(board.port, 3_000_000, timeout=TIMEOUT) as line:
+        line.write(bytes([0xA5, 0x33]))
+        assert line.read(4) == encode_response(Status.BAD_COMMAND), "answered at once"
+        line.write(encode_request(Cmd.READ, WATCHDOG >> 2, 1)[:4])
+        assert line.read(4) == encode_response(Status.TIMEOUT)
+        line.write(b"\x00\x5a" + encode_request(Cmd.READ, WATCHDOG >> 2, 1))
+        assert decode_response(line.read(8)) == (Status.OK, 0, [0])
+    assert _frames(board)[-3:] == [(0x33, None, None, Status.BAD_COMMAND),
+                                   (Cmd.READ, None, None, Status.TIMEOUT),
+                                   (Cmd.READ, WATCHDOG >> 2, 1, Status.OK)]
