@@ -16,6 +16,11 @@ so changing the program never touches GMEM: only kernels and a plan. Per plan ru
    it), ask the
    :class:`~fusetile.host.fusion.FusionEngine` for a merge or a split; JIT-compile the
    new grouping (or take it from the :class:`~fusetile.host.cache.KernelCache`).
+
+A graph with a data-dependent choice runs one sample per run, and the
+:class:`~fusetile.host.speculation.Speculator` takes the plan banks: before each run it
+installs the plan that guesses the sample's path (or the unspeculated one), after it
+learns from the decision and the counters (``docs/runtime.md``, Speculation).
 """
 
 from dataclasses import asdict, dataclass, field
@@ -25,10 +30,10 @@ import numpy as np
 
 from ..kernels.compiler import (CompileError, Segment, compile_graph, static_groups,
                                 unit_groups)
+from ..kernels.graph import Select
 from ..kernels.isa import PlanInstr, PlanOp
 from ..kernels.program import call
 from .fusion import FusionEngine
-from ..kernels.graph import Select
 from .profiler import Profiler
 from .runner import RunStats, _COUNTED, infer, load_program
 from .speculation import SpeculationStats, Speculator
