@@ -9,7 +9,11 @@ Two forms of quantised model are lowered:
   computed from the scales as onnxruntime does (``s_x * s_w / s_y`` in float32).
   Supported ops: Conv, Gemm, MatMul (constant weights), Add (two activations),
   MaxPool, AveragePool, GlobalAveragePool, Flatten, Reshape, Squeeze, Relu, Clip,
-  Identity. A Relu or Clip folds into the clamp of the op before it.
+  Identity. A Relu or Clip folds into the clamp of the op before it. Two patterns of a
+  data-dependent choice become a :class:`Select`: an early exit,
+  ``Where(GreaterOrEqual(ReduceMax(DQ(e)), T), DQ(e), DQ(r))`` (or ``Greater``), and
+  top-1 routing, ``Gather(DQ(Q(Concat(DQ(y0), ...))), ArgMax(DQ(g)))``
+  (``docs/compiler.md``).
 * **QOperator** where the ONNX standard defines it: QLinearConv, QLinearMatMul
   (constant B), and MatMulInteger / ConvInteger when a ``Cast -> Mul [-> Add] ->
   QuantizeLinear`` chain turns their int32 result back into int8 (an int32 graph
