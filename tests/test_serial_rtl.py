@@ -10,24 +10,24 @@ test.
 import numpy as np
 import pytest
 
-from fusetile.hdl import regmap
 from fusetile.host.device import Device
 from fusetile.host.runner import infer, load_program
 from fusetile.host.transport import BusError, open_transport
-from fusetile.host.uart_protocol import MAX_WORDS, Cmd, Status
-from fusetile.kernels.config import TileConfig
+from fusetile.host.uart_protocol import Cmd, Status
 
 from conftest import require_simulator
 from scenarios import SCENARIOS
+# The same checks as over the stand-in, collected here, so with this module's fixtures:
+# the link and the board are the RTL's.
+from test_serial_transport import (CONFIG, GMEM, WATCHDOG, _frames,  # noqa: F401
+                                   test_bus_error_names_the_register,
+                                   test_corrupted_request_is_resent,
+                                   test_corrupted_write_is_not_carried_out_then_resent,
+                                   test_identity, test_windows_and_registers_round_trip)
 
 
 pytestmark = pytest.mark.cocotb
 
-# As tests/test_serial_transport.py.
-CONFIG = TileConfig(gmem_bytes=4096, spad_bank_words=128, trace_depth=8)
-MM = regmap.tile_memory_map(CONFIG)
-GMEM = MM["GMEM"].addr
-WATCHDOG = MM["WATCHDOG"].addr
 # The tile only runs while the simulator serves a request: wait_cycles need not sleep.
 CLOCK_HZ = 1e9
 # Seconds the host waits for a response: the simulator may be slow on a busy machine.
@@ -61,44 +61,6 @@ def link(board):
 @pytest.fixture
 def dev(link):
     return Device(link)
-
-
-def _frames(board, since=0):
-    return [(f.cmd, f.addr, f.count, f.status) for f in board.frames[since:]]
-
-
-def test_identity(dev, board):
-    with open_transport("model", config=CONFIG) as model:
-        assert dev.identity() == Device(model).identity()
-    assert dev.hardware_profile() == CONFIG == dev.config
-    assert dev.version() == regmap.VERSION
-    assert board.frames[0].cmd == Cmd.READ and board.frames[0].count == 6, \
-        "the identity registers in one burst"
-
-
-def test_windows_and_registers_round_trip(dev):
-    data = bytes(range(7, 7 + 203))
-    dev.write_window("GMEM", 5, data)
-    assert dev.read_window("GMEM", 5, len(data)) == data
-    plan = [0x1234_5678_9ABC_DEF0 + i for i in range(40)]
-    dev.write_plan(1, plan)
-    assert dev.read_plan(1, 40) == plan
-    kernel = [(1 << 127) | i << 64 | 0xA5A5_A5A5 for i in range(20)]   # SYNC_REQ in data
-    dev.write_kernel(3, kernel)
-    assert dev.read_kernel(3, 20) == kernel
-    dev.regs.WATCHDOG.write(limit=123_456)
-    assert dev.regs.WATCHDOG.read().limit == 123_456
-    dev.set_partition(2, base=0x40, length=64)
-    view = dev.regs.PART[2].read()
-    assert (view.base, view.length) == (0x40, 64)
-
-
-def test_bus_error_names_the_register(dev):
-    with pytest.raises(BusError, match=r"read from 0x00008000 \(unmapped\)") as err:
-        dev.transport.read32(0x8000)
-    assert err.value.addr == 0x8000 and not err.value.write
-    with pytest.raises(BusError, match=r"write to 0x00000024 \(STATUS\)"):
-        dev.transport.write32(dev.regs.STATUS.addr, 1)    # read-only: the tile answers ERR
 
 
 def test_bus_error_mid_burst_names_the_word(dev):
@@ -160,27 +122,6 @@ def test_mlp_on_eight_digits(dev, board):
     assert np.array_equal(got, want)
     assert board.bridge.cycles > before
     assert stats.samples == 8 and stats.macs > 0
-
-
-def test_corrupted_request_is_resent(link, board):
-    link.write32(WATCHDOG, 77)
-    since = len(board.frames)
-    board.corrupt(1, skip=6)                          # the CRC byte of a read request
-    assert link.read32(WATCHDOG) == 77
-    assert link.resends == 1
-    word = WATCHDOG >> 2
-    assert _frames(board, since) == [(Cmd.READ, word, 1, Status.BAD_CRC),
-                                     (Cmd.READ, word, 1, Status.OK)]
-
-
-def test_corrupted_write_is_not_carried_out_then_resent(link, board):
-    values = list(range(100, 100 + MAX_WORDS))
-    since = len(board.frames)
-    board.corrupt(1, skip=6 + 4 * 10)                 # a data byte of word 10
-    link.write_burst(GMEM, values)
-    assert link.resends == 1
-    assert [f.status for f in board.frames[since:]] == [Status.BAD_CRC, Status.OK]
-    assert link.read_burst(GMEM, MAX_WORDS) == values
 
 
 def test_frame_timeout_through_the_rtl(board):
