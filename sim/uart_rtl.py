@@ -34,7 +34,6 @@ the bus (``wait_done``) works, a count of cycles between two host calls does not
 """
 
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -52,6 +51,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, Timer
 from ..host.transport import TransportError
 from ..host.uart_protocol import SYNC_REQ, MAX_WORDS, FRAME_TIMEOUT_BYTES, Cmd, Status
 from ..kernels.config import TileConfig
+from .cocotb_transport import _reap, recv_exact
 from .uart_board import BridgeFrame
 from .uart_top import BUS_TIMEOUT, DIVISOR
 
@@ -69,18 +69,6 @@ PERIOD_NS = 10
 _BYTE_CYCLES = 10 * DIVISOR
 _FIELDS = 5                    # CMD, ADDR[3], COUNT - 1
 _COMMANDS = frozenset(Cmd)
-
-
-def _recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            if not buf:
-                return None
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
 
 
 def _split(buf, expects):
@@ -177,7 +165,7 @@ def _serve(line, path):
         sock.connect(path)
         while True:
             try:
-                header = _recv_exact(sock, REQUEST.size)
+                header = recv_exact(sock, REQUEST.size)
                 if header is None:
                     return "host closed the connection"
                 op, limit, ndata, nexpect = REQUEST.unpack(header)
@@ -187,8 +175,8 @@ def _serve(line, path):
                 if op == OP_RESET:
                     sock.sendall(REPLY.pack(reset(), 0))
                     continue
-                data = _recv_exact(sock, ndata) if ndata else b""
-                expects = (struct.unpack(f"<{nexpect}I", _recv_exact(sock, 4 * nexpect))
+                data = recv_exact(sock, ndata) if ndata else b""
+                expects = (struct.unpack(f"<{nexpect}I", recv_exact(sock, 4 * nexpect))
                            if nexpect else ())
                 cycles, out = exchange(data, list(expects), limit)
                 sock.sendall(REPLY.pack(cycles, len(out)) + out)
@@ -209,22 +197,6 @@ async def serve_uart(dut):
 
 
 # -- the host's side -----------------------------------------------------------------------
-
-def _reap(proc, conn, workdir, keep):
-    if conn is not None:
-        try:
-            conn.close()
-        except OSError:
-            pass
-    if proc is not None and proc.poll() is None:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if workdir is not None and not keep[0]:
-        shutil.rmtree(workdir, ignore_errors=True)
-
 
 class RtlBridge:
     """The gateware UART bridge and tile under cocotb, as a line for :class:`UartBoard`.
@@ -300,8 +272,8 @@ class RtlBridge:
                 self._proc = subprocess.Popen(simulator_command(self.model), cwd=self.workdir,
                                               env=env, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL)
-            self._finalizer = weakref.finalize(self, _reap, self._proc, None, self.workdir,
-                                               self._keep)
+            self._finalizer = weakref.finalize(self, _reap, self._proc, None, None,
+                                               self.workdir, self._keep)
             deadline = time.monotonic() + start_timeout
             while self._conn is None:
                 try:
@@ -316,8 +288,8 @@ class RtlBridge:
             listener.close()
         self._conn.settimeout(self.timeout)
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _reap, self._proc, self._conn, self.workdir,
-                                           self._keep)
+        self._finalizer = weakref.finalize(self, _reap, self._proc, None, self._conn,
+                                           self.workdir, self._keep)
 
     def __repr__(self):
         return f"<RtlBridge {self.model.sim} pid {self._proc.pid}>"
@@ -437,7 +409,7 @@ class RtlBridge:
         return BridgeFrame(cmd, addr, count, status)
 
     def _recv(self, n):
-        data = _recv_exact(self._conn, n)
+        data = recv_exact(self._conn, n)
         if data is None:
             raise ConnectionError("the simulator closed the connection")
         return data
