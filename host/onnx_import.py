@@ -482,22 +482,18 @@ class _Importer:
 
     def _requant_alias(self, node, name, tensor, scale, zp):
         """Q(DQ(t)): t itself with t's own parameters, else a requantisation."""
-        qp = self.qp[tensor]
-        if (qp.scale, qp.zero_point) == (scale, zp):
-            return _Act(tensor)
-        y = node.output[0]
-        act = self._new_act(y, self.shapes[tensor], _QParams(qp.dtype, scale, zp))
-        self._emit_requant(name, tensor, y, -128, 127)
-        return act
+        return _Act(self._requantised(node.output[0], tensor, self.qp[tensor].dtype, scale,
+                                      zp, op=name))
 
-    def _requantised(self, name, tensor, dtype, scale, zp):
-        """``tensor``, or a new tensor ``name`` requantised to ``scale``, ``zp``."""
+    def _requantised(self, y, tensor, dtype, scale, zp, *, op=None):
+        """``tensor``, or a new tensor ``y`` requantised to ``scale``, ``zp`` (by an op
+        named ``op``, default ``y``)."""
         qp = self.qp[tensor]
         if (qp.scale, qp.zero_point) == (scale, zp):
             return tensor
-        self._new_act(name, self.shapes[tensor], _QParams(dtype, scale, zp))
-        self._emit_requant(name, tensor, name, -128, 127)
-        return name
+        self._new_act(y, self.shapes[tensor], _QParams(dtype, scale, zp))
+        self._emit_requant(op or y, tensor, y, -128, 127)
+        return y
 
     def _op_DequantizeLinear(self, node, name):
         a = self._attrs(node)
