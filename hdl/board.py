@@ -31,6 +31,11 @@ __all__ = ["DEFAULT_BAUD", "LED_MEANINGS", "Board", "BOARDS", "board", "BoardCor
 #: Line rate of the board's UART unless told otherwise (the serial transport's default).
 DEFAULT_BAUD = 1_000_000
 
+#: Cycles a bus access may wait before the UART bridge answers BUS_ERROR: a host access
+#: to GMEM waits while a DMA transfer uses its port, and a transfer of a whole 64 KiB
+#: GMEM is 8,192 cycles.
+BUS_TIMEOUT = 1 << 16
+
 #: What LED ``n`` shows, in order; a board with fewer LEDs shows the first ones.
 LED_MEANINGS = (
     ("heartbeat", "blinks at about 1 Hz while the tile's clock runs"),
@@ -170,6 +175,7 @@ class BoardCore(wiring.Component):
     config : TileConfig
     divisor : int
         Clock cycles per UART bit.
+
     leds : int
         How many of :data:`LED_MEANINGS` to drive.
     heartbeat_cycles : int
@@ -209,8 +215,15 @@ class BoardCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.tile = tile = Tile(self.config)
-        m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2)
+        # GMEM with a read and a write port shared by the host and the DMA engine: what
+        # Yosys maps to block RAM on both families (the iCE40's have no more ports, and
+        # two read-write ports with Amaranth's read-during-write rules end up in
+        # flip-flops on the ECP5).
+        m.submodules.tile = tile = Tile(self.config, gmem_shared_ports=True)
+        # A host access to GMEM may wait for a DMA transfer: give it a millisecond-scale
+        # bus timeout, not the simulation top's 256 cycles.
+        m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
+                                                  timeout_cycles=BUS_TIMEOUT)
         wiring.connect(m, bridge.bus, tile.bus)
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
 

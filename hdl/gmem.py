@@ -1,8 +1,8 @@
 """The global memory (GMEM): on-chip memory shared by the host and the DMA engine.
 
 The host sees GMEM through a 32-bit Wishbone window; the DMA engine sees it through
-a word-wide port (:class:`GmemPortSignature`) with independent read and write
-addresses, so it can read one word and write another in the same cycle.
+a word-wide port (:class:`GmemPortSignature`) with a read and a write side, one used at
+a time.
 """
 
 from amaranth.hdl import Module, Signal, Cat, Mux
@@ -29,7 +29,7 @@ def _check_config(config):
 class GmemPortSignature(wiring.Signature):
     """The DMA engine's port into GMEM, from the DMA engine's point of view.
 
-    A read and a write may be issued in the same cycle, at different addresses.
+    A cycle reads or writes, not both (``re`` and ``we`` are never high together).
     Addresses are not range checked by the memory: the initiator must keep them
     below ``config.gmem_words``.
 
@@ -78,20 +78,31 @@ class GmemPortSignature(wiring.Signature):
 
 
 class GlobalMemory(wiring.Component):
-    """Dual-ported global memory of ``config.gmem_words`` words of ``config.word_bits``.
+    """Global memory of ``config.gmem_words`` words of ``config.word_bits``, with a
+    host window and a DMA port.
 
     Host window: 32-bit word ``w`` of the window is bits ``[32*(w % k) +: 32]`` of
     memory word ``w // k`` with ``k = word_bytes // 4``, so host byte address ``a`` is
     byte ``a % word_bytes`` of word ``a // word_bytes`` (little-endian). Writes honour
-    ``sel``. An access at or beyond ``gmem_bytes`` is answered with ERR. Every access
-    is answered one cycle after ``stb`` is seen (read data in that cycle).
+    ``sel``. An access at or beyond ``gmem_bytes`` is answered with ERR at once.
 
-    The host and the DMA engine may write the same word in the same cycle; which
-    write wins is then undefined.
+    The DMA engine reads or writes, never both in one cycle (the port's ``re`` and
+    ``we`` must not both be high), and is never held up. How the host gets in depends
+    on ``shared_ports``:
+
+    * ``False``: two read-write ports, one for the host and one for the DMA engine
+      (on an ECP5, true dual-port block RAM). Every host access is answered one cycle
+      after ``stb`` is seen. If the host and the DMA engine write the same word in the
+      same cycle, which write wins is undefined.
+    * ``True``: one read port and one write port, for block RAMs that have no more
+      (the iCE40's). The DMA engine has them first: a host read waits while the DMA
+      engine reads, a host write while it writes, and the access is answered one cycle
+      after the cycle it gets the port.
 
     Parameters
     ----------
     config : TileConfig
+    shared_ports : bool
 
     Attributes
     ----------
@@ -106,9 +117,10 @@ class GlobalMemory(wiring.Component):
         If ``config`` is not a :class:`TileConfig`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, shared_ports=False):
         _check_config(config)
         self._config = config
+        self.shared_ports = bool(shared_ports)
         super().__init__({
             "bus": In(wishbone.Signature(addr_width=GMEM_BUS_ADDR_WIDTH)),
             "dma": In(GmemPortSignature(config)),
@@ -123,34 +135,59 @@ class GlobalMemory(wiring.Component):
         m = Module()
         k = cfg.word_bytes // 4
         lane_bits = (k - 1).bit_length()
+        whole_word = (1 << cfg.word_bytes) - 1
 
         m.submodules.mem = mem = Memory(shape=cfg.word_bits, depth=cfg.gmem_words, init=[])
-        host_w = mem.write_port(granularity=8)
-        host_r = mem.read_port()
-        dma_w = mem.write_port(granularity=8)
-        dma_r = mem.read_port()
-
-        # -- host window ----------------------------------------------------------
-        bus = self.bus
-        answered = self.bus.ack | self.bus.err
+        bus, dma = self.bus, self.dma
+        answered = bus.ack | bus.err
         access = bus.cyc & bus.stb & ~answered
         in_range = bus.adr < cfg.gmem_bytes // 4
         # With 32-bit words (k == 1) the lane index is an empty slice: every
         # expression below still holds.
         lane = bus.adr[:lane_bits]
         word = bus.adr[lane_bits:]
+        host_data = Cat(bus.dat_w for _ in range(k))
+        host_sel = bus.sel << (4 * lane)
 
-        m.d.comb += [
-            host_w.addr.eq(word),
-            host_w.data.eq(Cat(bus.dat_w for _ in range(k))),
-            host_r.addr.eq(word),
-            host_r.en.eq(access & ~bus.we & in_range),
-        ]
-        with m.If(access & bus.we & in_range):
-            m.d.comb += host_w.en.eq(bus.sel << (4 * lane))
+        # `go`: the host's access is carried out this cycle.
+        go = Signal()
+        if self.shared_ports:
+            w = mem.write_port(granularity=8)
+            r = mem.read_port()
+            m.d.comb += [
+                go.eq(access & in_range & Mux(bus.we, ~dma.we, ~dma.re)),
+                r.addr.eq(Mux(dma.re, dma.raddr, word)),
+                r.en.eq(dma.re | (go & ~bus.we)),
+                w.addr.eq(Mux(dma.we, dma.waddr, word)),
+                w.data.eq(Mux(dma.we, dma.wdata, host_data)),
+                w.en.eq(Mux(dma.we, whole_word, Mux(go & bus.we, host_sel, 0))),
+                dma.rdata.eq(r.data),
+            ]
+            host_r = r
+        else:
+            # Each side's read and write share an address: one read-write port each.
+            host_w = mem.write_port(granularity=8)
+            host_r = mem.read_port()
+            dma_w = mem.write_port(granularity=8)
+            dma_r = mem.read_port()
+            dma_addr = Mux(dma.we, dma.waddr, dma.raddr)
+            m.d.comb += [
+                go.eq(access & in_range),
+                host_w.addr.eq(word),
+                host_w.data.eq(host_data),
+                host_w.en.eq(Mux(go & bus.we, host_sel, 0)),
+                host_r.addr.eq(word),
+                host_r.en.eq(go & ~bus.we),
+                dma_r.addr.eq(dma_addr),
+                dma_r.en.eq(dma.re),
+                dma.rdata.eq(dma_r.data),
+                dma_w.addr.eq(dma_addr),
+                dma_w.data.eq(dma.wdata),
+                dma_w.en.eq(Mux(dma.we, whole_word, 0)),
+            ]
 
         m.d.sync += [
-            bus.ack.eq(access & in_range),
+            bus.ack.eq(go),
             bus.err.eq(access & ~in_range),
         ]
         read_lane = Signal(max(lane_bits, 1))
@@ -160,14 +197,4 @@ class GlobalMemory(wiring.Component):
             m.d.comb += bus.dat_r.eq(host_r.data)
         else:
             m.d.comb += bus.dat_r.eq(host_r.data.word_select(read_lane, 32))
-
-        # -- DMA port -------------------------------------------------------------
-        m.d.comb += [
-            dma_r.addr.eq(self.dma.raddr),
-            dma_r.en.eq(self.dma.re),
-            self.dma.rdata.eq(dma_r.data),
-            dma_w.addr.eq(self.dma.waddr),
-            dma_w.data.eq(self.dma.wdata),
-            dma_w.en.eq(Mux(self.dma.we, (1 << cfg.word_bytes) - 1, 0)),
-        ]
         return m

@@ -94,10 +94,11 @@ class StagingBuffer(wiring.Component):
         m.d.comb += rd.addr.eq(head)
         with m.If(self.draining):
             # One cycle to read an entry, one to write it: simple, and a commit of a
-            # few dozen words is short next to the kernels that produced them.
+            # few dozen words is short next to the kernels that produced them. GMEM's
+            # DMA side reads or writes in a cycle, not both: a DMA read goes first.
             with m.If(~fetched):
                 m.d.sync += fetched.eq(1)
-            with m.Else():
+            with m.Elif(~self.dma.re):
                 m.d.comb += [
                     self.gmem.waddr.eq(rd.data[:addr_bits]),
                     self.gmem.wdata.eq(rd.data[addr_bits:]),

@@ -38,6 +38,10 @@ class Tile(wiring.Component):
     Parameters
     ----------
     config : TileConfig
+    gmem_shared_ports : bool
+        GMEM has one read and one write port that the host shares with the DMA engine
+        (for block RAMs with no more; host accesses may wait) instead of a read-write
+        port each. See :class:`~fusetile.hdl.gmem.GlobalMemory`.
 
     Attributes
     ----------
@@ -49,12 +53,13 @@ class Tile(wiring.Component):
         ``STATUS`` bits for a board's LEDs.
     """
 
-    def __init__(self, config=None):
+    def __init__(self, config=None, *, gmem_shared_ports=False):
         if config is None:
             config = TileConfig()
         if not isinstance(config, TileConfig):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         self.config = config
+        self.gmem_shared_ports = gmem_shared_ports
         self.memory_map = tile_memory_map(config)
         super().__init__({
             "bus": In(wishbone.Signature(addr_width=ADDR_WIDTH - 2)),
@@ -68,7 +73,7 @@ class Tile(wiring.Component):
         mm = self.memory_map
 
         m.submodules.csr = csr = CsrBank(mm, addr_width=(CSR_SPAN // 4).bit_length() - 1)
-        m.submodules.gmem = gmem = GlobalMemory(cfg)
+        m.submodules.gmem = gmem = GlobalMemory(cfg, shared_ports=self.gmem_shared_ports)
         m.submodules.spad = spad = Scratchpad(cfg)
         m.submodules.dma = dma = Dma(cfg)
         m.submodules.dma_queue = dma_queue = DmaQueue(cfg)

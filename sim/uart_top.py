@@ -1,7 +1,9 @@
 """Simulation top for the UART path: the tile behind the UART register bridge.
 
-``uart_top(config)`` is ``Tile(config)`` with a :class:`~fusetile.hdl.uart_bridge.UartBridge`
-(``divisor`` :data:`DIVISOR`) driving its bus; ``rx``/``tx`` are the top's pins. It is
+``uart_top(config)`` is the tile as the board tops build it (``Tile(config,
+gmem_shared_ports=True)``, see :mod:`fusetile.hdl.board`) with a
+:class:`~fusetile.hdl.uart_bridge.UartBridge` (``divisor`` :data:`DIVISOR`, the boards' bus
+timeout) driving its bus; ``rx``/``tx`` are the top's pins. It is
 built like the other tops (``fusetile.sim.build.build(sim, config, top=uart_top)``);
 because every top must have the ports of :data:`fusetile.sim.verilog.PORTS`, the
 internal bus is brought out as ``bus__*`` *outputs* (a monitor: nothing drives the bus
@@ -12,6 +14,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..hdl.board import BUS_TIMEOUT as BOARD_BUS_TIMEOUT
 from ..hdl.regmap import ADDR_WIDTH
 from ..hdl.tile import Tile
 from ..hdl.uart_bridge import UartBridge
@@ -22,15 +25,16 @@ __all__ = ["DIVISOR", "BUS_TIMEOUT", "UartTop", "uart_top"]
 
 #: Clock cycles per bit on the simulated line (the bridge's minimum).
 DIVISOR = 4
-#: Cycles a bus access may wait for ACK/ERR before the bridge answers BUS_ERROR.
-BUS_TIMEOUT = 256
+#: Cycles a bus access may wait for ACK/ERR before the bridge answers BUS_ERROR: the
+#: boards' (a host access to GMEM may wait for a DMA transfer).
+BUS_TIMEOUT = BOARD_BUS_TIMEOUT
 
 _BUS_WIDTHS = {"cyc": 1, "stb": 1, "we": 1, "adr": ADDR_WIDTH - 2, "dat_w": 32,
                "dat_r": 32, "sel": 4, "ack": 1, "err": 1}
 
 
 class UartTop(wiring.Component):
-    """``Tile(config)`` behind a ``UartBridge``.
+    """``Tile(config, gmem_shared_ports=True)`` behind a ``UartBridge``.
 
     Attributes
     ----------
@@ -57,7 +61,7 @@ class UartTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.tile = tile = Tile(self.config)
+        m.submodules.tile = tile = Tile(self.config, gmem_shared_ports=True)
         m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
                                                   timeout_cycles=self.timeout_cycles)
         wiring.connect(m, bridge.bus, tile.bus)

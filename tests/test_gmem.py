@@ -47,10 +47,11 @@ def test_signature():
     assert dut.bus.adr.shape().width == 18
 
 
+@pytest.mark.parametrize("shared_ports", [False, True])
 @pytest.mark.parametrize("config", [SMALL, TileConfig(word_bytes=4, gmem_bytes=256),
                                     TileConfig(word_bytes=16, gmem_bytes=512)])
-def test_host_round_trip(config):
-    dut = GlobalMemory(config)
+def test_host_round_trip(config, shared_ports):
+    dut = GlobalMemory(config, shared_ports=shared_ports)
     host_words = config.gmem_bytes // 4
     rng = random.Random(1)
 
@@ -102,8 +103,9 @@ def test_answer_timing():
     run(dut, bench)
 
 
-def test_little_endian_and_dma_port():
-    dut = GlobalMemory(SMALL)
+@pytest.mark.parametrize("shared_ports", [False, True])
+def test_little_endian_and_dma_port(shared_ports):
+    dut = GlobalMemory(SMALL, shared_ports=shared_ports)
 
     async def bench(ctx):
         # Host writes word 2 of GMEM as two 32-bit halves, LSW at the lower address.
@@ -114,16 +116,12 @@ def test_little_endian_and_dma_port():
         await ctx.tick()
         ctx.set(dut.dma.re, 0)
         assert ctx.get(dut.dma.rdata) == 0x0706050403020100
-        # DMA write seen by the host; a DMA read and write in the same cycle.
+        # DMA write seen by the host.
         ctx.set(dut.dma.waddr, 127)
         ctx.set(dut.dma.wdata, 0xCAFEF00D_12345678)
         ctx.set(dut.dma.we, 1)
-        ctx.set(dut.dma.raddr, 2)
-        ctx.set(dut.dma.re, 1)
         await ctx.tick()
         ctx.set(dut.dma.we, 0)
-        ctx.set(dut.dma.re, 0)
-        assert ctx.get(dut.dma.rdata) == 0x0706050403020100
         assert await wb_read(ctx, dut.bus, 254) == (0x12345678, "ack")
         assert await wb_read(ctx, dut.bus, 255) == (0xCAFEF00D, "ack")
         # A DMA read the cycle after a write sees the new data.
@@ -132,6 +130,47 @@ def test_little_endian_and_dma_port():
         await ctx.tick()
         ctx.set(dut.dma.re, 0)
         assert ctx.get(dut.dma.rdata) == 0xCAFEF00D_12345678
+
+    run(dut, bench)
+
+
+@pytest.mark.parametrize("write", [False, True])
+@pytest.mark.parametrize("shared_ports", [False, True])
+def test_host_waits_only_for_a_shared_port(shared_ports, write):
+    """With a port each, a host access is answered one cycle after STB even while the
+    DMA side is busy. With shared ports, a host read waits while the DMA side reads and
+    a write while it writes; the other direction goes ahead."""
+    dut = GlobalMemory(SMALL, shared_ports=shared_ports)
+    busy = 6
+
+    async def bench(ctx):
+        bus = dut.bus
+        assert await wb_write(ctx, bus, 8, 0x600DF00D) == "ack"
+        for host_writes in (False, True):
+            ctx.set(bus.cyc, 1); ctx.set(bus.stb, 1); ctx.set(bus.adr, 8)
+            ctx.set(bus.we, host_writes); ctx.set(bus.sel, 0xF)
+            ctx.set(bus.dat_w, 0x600DF00D)
+            # The DMA side starts in the same cycle as the host's access.
+            ctx.set(dut.dma.we if write else dut.dma.re, 1)
+            if write:
+                ctx.set(dut.dma.waddr, 1)
+            waited = 0
+            while True:
+                await ctx.tick()
+                waited += 1
+                if waited == busy:
+                    ctx.set(dut.dma.we if write else dut.dma.re, 0)
+                if ctx.get(bus.ack):
+                    break
+                assert waited < 3 * busy
+            ctx.set(bus.cyc, 0); ctx.set(bus.stb, 0)
+            ctx.set(dut.dma.we if write else dut.dma.re, 0)
+            same_side = host_writes == write
+            assert waited == (busy + 1 if shared_ports and same_side else 1)
+            if not host_writes:
+                assert ctx.get(bus.dat_r) == 0x600DF00D
+            await ctx.tick().repeat(busy)
+        assert await wb_read(ctx, bus, 8) == (0x600DF00D, "ack")
 
     run(dut, bench)
 
