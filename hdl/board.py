@@ -287,9 +287,12 @@ class BoardTop(wiring.Component):
             m.submodules[f"{name}_{number}"] = buffer = io.Buffer(direction, port)
             return buffer
 
-        clk = pin("i", b.clock)
+        if b.family == "ice40":
+            clk_in = platform.request(b.clock, 0, dir="-").io     # SB_PLL40_PAD takes the pad
+        else:
+            clk_in = pin("i", b.clock).i
         m.domains.sync = sync = ClockDomain("sync")
-        m.submodules.pll = pll = Pll(self.pll, clk.i, sync.clk)
+        m.submodules.pll = pll = Pll(self.pll, clk_in, sync.clk)
 
         # Reset until the PLL locks and while the button is held, released in step
         # with the clock.

@@ -7,7 +7,7 @@ tools when they are installed). They are written out here because both tools onl
 print Verilog or text, and the board top needs the numbers at elaboration time,
 without starting a WebAssembly tool for every build.
 
-:class:`Pll` instantiates ``EHXPLLL`` (ECP5) or ``SB_PLL40_CORE`` (iCE40).
+:class:`Pll` instantiates ``EHXPLLL`` (ECP5) or ``SB_PLL40_PAD`` (iCE40).
 """
 
 from dataclasses import dataclass
@@ -125,8 +125,10 @@ class Pll(Elaboratable):
     Parameters
     ----------
     params : PllParams
-    clk_in : Signal
-        The reference clock, from its input buffer.
+    clk_in : Signal or IOPort
+        The reference clock: ECP5, a signal from its input buffer; iCE40, the pad
+        itself (the ``io`` of a port requested with ``dir="-"``), as ``SB_PLL40_PAD``
+        takes it.
     clk_out : Signal
         Driven with the PLL's output (say ``ClockSignal("sync")``); constrained to
         ``params.f_out`` for timing analysis.
@@ -169,14 +171,14 @@ class Pll(Elaboratable):
                 o_LOCK=self.locked,
             )
         elif p.family == "ice40":
-            # SB_PLL40_CORE takes its reference from the fabric (the pad's buffer), as
-            # LiteX's iCE40 PLL does; SB_PLL40_PAD would need the package pin itself.
+            # The pad's own PLL: nextpnr places no other PLL beside an input on the
+            # pins a PLL owns (the iCEBreaker's 12 MHz clock is on one).
             m.submodules.pll = Instance(
-                "SB_PLL40_CORE",
+                "SB_PLL40_PAD",
                 p_FEEDBACK_PATH="SIMPLE",
                 p_DIVR=d["DIVR"], p_DIVF=d["DIVF"], p_DIVQ=d["DIVQ"],
                 p_FILTER_RANGE=d["FILTER_RANGE"],
-                i_REFERENCECLK=self.clk_in, i_RESETB=1, i_BYPASS=0,
+                io_PACKAGEPIN=self.clk_in, i_RESETB=1, i_BYPASS=0,
                 o_PLLOUTGLOBAL=self.clk_out, o_LOCK=self.locked,
             )
         else:

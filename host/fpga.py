@@ -14,6 +14,7 @@ installs it). Each YoWASP tool compiles itself on first use (about a minute), ke
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +47,26 @@ _RESOURCES = {
              "dsp": "MULT18X18D", "lutram": "TRELLIS_RAMW"},
     "ice40": {"lc": "ICESTORM_LC", "bram": "ICESTORM_RAM", "dsp": "ICESTORM_DSP",
               "spram": "ICESTORM_SPRAM"},
+}
+
+
+# Yosys' ABC9 LUT mapping trips an assertion when it puts this design back together
+# (Yosys 0.70, ABC_OPS_REINTEGRATE: "GetSize(conn.first) == GetSize(conn.second)"; 0.62
+# fails likewise), and synth_ecp5 has no switch to leave it out. So the ECP5 flow stops
+# before its map_luts step, maps LUTs with the classic ABC and resumes at map_cells:
+# the same script otherwise.
+_SYNTH_OPTIONS = {
+    "ecp5": {
+        "synth_opts": "-run begin:map_luts",
+        "script_after_synth": "\n".join([
+            "techmap -map +/lattice/latches_map.v",
+            "abc -lut 4",
+            "clean",
+            "synth_ecp5 -top fusetile -run map_cells:",
+        ]),
+    },
+    # The UP5K's eight SB_MAC16 take multipliers only when asked.
+    "ice40": {"synth_opts": "-dsp"},
 }
 
 
@@ -130,6 +151,21 @@ def _stat_rows(section):
     return rows
 
 
+def _overused(log_path):
+    """The resources nextpnr's log says are over 100 % ("ICESTORM_LC 23135/5280"), if
+    it stopped for that."""
+    try:
+        log = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return []
+    over = []
+    for name, used, available in re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%",
+                                            log, re.M):
+        if int(used) > int(available):
+            over.append(f"{name} {used}/{available}")
+    return over
+
+
 def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_dir=None,
           seed=1, progress=None):
     """Build the bitstream of the tile on ``board_name`` and report what it took.
@@ -178,15 +214,21 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     platform = board.make_platform()
     top = BoardTop(board, config, clock_hz=clock_hz, baud=baud)
     nextpnr = ["--report", "report.json", "--timing-allow-fail", "--seed", str(seed)]
+    options = {"nextpnr_opts": nextpnr, **_SYNTH_OPTIONS.get(board.family, {})}
     say(f"elaborating the tile for {board.name} ({platform.device})")
     start = time.monotonic()
-    plan = platform.build(top, name="fusetile", do_build=False, nextpnr_opts=nextpnr)
+    plan = platform.build(top, name="fusetile", do_build=False, **options)
     say("synthesis, place and route (Yosys, nextpnr; several minutes)")
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         plan.execute_local(build_dir)
     except subprocess.CalledProcessError as e:
+        over = _overused(build_dir / "fusetile.tim")
+        if over:
+            raise FpgaError(f"the design does not fit the {platform.device}: "
+                            + ", ".join(over) + f" (nextpnr's log: {build_dir}/fusetile.tim)"
+                            ) from e
         raise FpgaError(f"the {board.family} toolchain failed (exit {e.returncode}); "
                         f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim") from e
     finally:

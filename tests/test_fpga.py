@@ -86,7 +86,7 @@ def test_clock_plan():
 
 @pytest.mark.parametrize("name, primitive, constraint", [
     ("ulx3s-85f", "EHXPLLL", "FREQUENCY PORT"),
-    ("icebreaker", "SB_PLL40_CORE", None),
+    ("icebreaker", "SB_PLL40_PAD", None),
 ])
 def test_board_top_elaborates(name, primitive, constraint, tmp_path):
     b = BOARDS[name]
@@ -233,6 +233,19 @@ Printing statistics.
     assert fpga.parse_yosys_stat(newer) == {"lut": 4, "ff": 3}
 
 
+def test_a_design_that_does_not_fit_is_named(tmp_path):
+    """nextpnr stops when the design needs more cells than the device has; the build
+    says which, from nextpnr's own utilisation lines."""
+    log = tmp_path / "fusetile.tim"
+    log.write_text("Info: Device utilisation:\n"
+                   "Info: \t         ICESTORM_LC:   23135/   5280   438%\n"
+                   "Info: \t        ICESTORM_RAM:      20/     30    66%\n"
+                   "Info: \t        ICESTORM_DSP:      50/      8   625%\n"
+                   "ERROR: Unable to place cell 'x', no BELs remaining\n")
+    assert fpga._overused(log) == ["ICESTORM_LC 23135/5280", "ICESTORM_DSP 50/8"]
+    assert fpga._overused(tmp_path / "absent.tim") == []
+
+
 def test_missing_tools_say_how_to_install(monkeypatch):
     monkeypatch.setattr(fpga, "_find", lambda command: None)
     for var in ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"):
@@ -298,7 +311,12 @@ def test_ice40_pll_agrees_with_icepll(f_out):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ulx3s-85f", "icebreaker"])
+@pytest.mark.parametrize("name", [
+    "ulx3s-85f",
+    pytest.param("icebreaker", marks=pytest.mark.xfail(
+        strict=True, reason="the tile needs about 4.4 times the UP5K's logic cells, and "
+                            "twice its block RAMs: see docs/fpga.md")),
+])
 def test_bitstream_builds_fits_and_meets_timing(name, tmp_path):
     """``fusetile build --board NAME --json`` from the command line, as a user runs it:
     a bitstream, timing met at the board's clock, every resource within the device."""
