@@ -633,6 +633,10 @@ def build_command(args, out):
         console.print(f"clock {result['clock_mhz']['pll']:g} MHz, Fmax "
                       f"{result['fmax_mhz']:g} MHz: timing {verdict}; peak "
                       f"{result['peak_gops']:g} GOPS; built in {result['build_seconds']:.0f} s")
+        path = result["critical_path"]
+        if path and not result["timing_met"]:
+            console.print(f"critical path: {path['from']} -> {path['to']}, "
+                          f"{path['delay_ns']:g} ns through {path['logic_cells']} logic cells")
         console.print(f"bitstream: {result['bitstream']}")
 
     out.result(result, human=human)

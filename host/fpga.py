@@ -108,8 +108,8 @@ def parse_report(report, family):
     -------
     dict
         ``fmax_mhz`` (of the tile's clock: the slowest constrained clock),
-        ``clock_mhz`` (its constraint) and ``cells``: resource name ->
-        ``{"used", "available"}``.
+        ``clock_mhz`` (its constraint), ``cells``: resource name ->
+        ``{"used", "available"}``, and ``critical_path`` (see :func:`_critical_path`).
     """
     clocks = report.get("fmax", {})
     if not clocks:
@@ -121,7 +121,29 @@ def parse_report(report, family):
         if u is not None:
             cells[ours] = {"used": u["used"], "available": u["available"]}
     return {"clock": name, "fmax_mhz": round(clocks[name]["achieved"], 2),
-            "clock_mhz": round(clocks[name]["constraint"], 2), "cells": cells}
+            "clock_mhz": round(clocks[name]["constraint"], 2), "cells": cells,
+            "critical_path": _critical_path(report, name)}
+
+
+def _critical_path(report, clock):
+    """The worst register-to-register path of ``clock`` in nextpnr's report: the cells it
+    starts and ends at, its delay and how many logic cells it passes (what to pipeline
+    when timing fails), or None."""
+    for path in report.get("critical_paths", []):
+        # "from" and "to" are clock edges: "posedge $glbnet$clk".
+        if path.get("from", "").split()[-1:] != [clock] or \
+                path.get("to", "").split()[-1:] != [clock]:
+            continue
+        steps = path.get("path", [])
+        if not steps:
+            return None
+        return {
+            "from": steps[0]["from"]["cell"],
+            "to": steps[-1]["to"]["cell"],
+            "delay_ns": round(sum(step["delay"] for step in steps), 2),
+            "logic_cells": sum(step["type"] == "logic" for step in steps),
+        }
+    return None
 
 
 def parse_yosys_stat(log):
@@ -191,7 +213,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     -------
     dict
         ``board``, ``device``, ``config``, ``clock_mhz`` (asked for and made by the
-        PLL), ``fmax_mhz``, ``timing_met``, ``resources`` (name -> used/available),
+        PLL), ``fmax_mhz``, ``timing_met``, ``critical_path`` (where it starts and
+        ends, its delay and logic cells), ``resources`` (name -> used/available),
         ``macs``, ``peak_gops`` (2 x MACs x clock), ``peak_gops_at_fmax``,
         ``uart`` (baud and divisor), ``leds``, ``build_seconds``, ``bitstream``.
 
@@ -219,10 +242,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     start = time.monotonic()
     plan = platform.build(top, name="fusetile", do_build=False, **options)
     say("synthesis, place and route (Yosys, nextpnr; several minutes)")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
-        plan.execute_local(build_dir)
+        plan.execute_local(build_dir, env={**os.environ, **env})
     except subprocess.CalledProcessError as e:
         over = _overused(build_dir / "fusetile.tim")
         if over:
@@ -231,12 +252,6 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
                             ) from e
         raise FpgaError(f"the {board.family} toolchain failed (exit {e.returncode}); "
                         f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim") from e
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     seconds = time.monotonic() - start
 
     try:
@@ -261,6 +276,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "clock_mhz": {"asked": (top.clock_hz / 1e6), "pll": round(clock_mhz, 4)},
         "fmax_mhz": report["fmax_mhz"],
         "timing_met": report["fmax_mhz"] >= clock_mhz,
+        "critical_path": report["critical_path"],
         "resources": resources,
         "macs": macs,
         "peak_gops": round(2 * macs * clock_mhz / 1e3, 2),

@@ -194,6 +194,23 @@ _ECP5_REPORT = {
         "$glbnet$clk": {"achieved": 104.2, "constraint": 100.0},
         "$glbnet$clk25": {"achieved": 350.0, "constraint": 25.0},
     },
+    "critical_paths": [
+        {"from": "posedge $glbnet$clk25", "to": "posedge $glbnet$clk25", "path": [
+            {"type": "clk-to-q", "from": {"cell": "a"}, "to": {"cell": "a"}, "delay": 0.5},
+        ]},
+        {"from": "posedge $glbnet$clk", "to": "posedge $glbnet$clk", "path": [
+            {"type": "clk-to-q", "from": {"cell": "ctrl.pc"}, "to": {"cell": "ctrl.pc"},
+             "delay": 0.52},
+            {"type": "routing", "from": {"cell": "ctrl.pc"}, "to": {"cell": "lut1"},
+             "delay": 1.5},
+            {"type": "logic", "from": {"cell": "lut1"}, "to": {"cell": "lut1"}, "delay": 0.4},
+            {"type": "routing", "from": {"cell": "lut1"}, "to": {"cell": "lut2"},
+             "delay": 2.1},
+            {"type": "logic", "from": {"cell": "lut2"}, "to": {"cell": "lut2"}, "delay": 0.4},
+            {"type": "setup", "from": {"cell": "lut2"}, "to": {"cell": "spad.addr"},
+             "delay": 0.68},
+        ]},
+    ],
 }
 
 
@@ -203,6 +220,8 @@ def test_parse_report_takes_the_slowest_clock_and_the_cells():
     assert r["cells"]["dsp"] == {"used": 64, "available": 156}
     assert r["cells"]["lut"]["used"] == 31000 and r["cells"]["bram"]["used"] == 40
     assert "TRELLIS_IO" not in r["cells"] and "io" not in r["cells"]
+    assert r["critical_path"] == {"from": "ctrl.pc", "to": "spad.addr", "delay_ns": 5.6,
+                                  "logic_cells": 2}
     with pytest.raises(fpga.FpgaError, match="no clock"):
         fpga.parse_report({"utilization": {}}, "ecp5")
 
