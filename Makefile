@@ -8,6 +8,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 BOARD       ?= ulx3s-85f
+CLOCK_MHZ   ?=
 FPGA_STAMP  := $(VENV)/.fusetile-fpga-installed
 
 .PHONY: help venv fpga-tools test sim bitstream test-fpga clean
@@ -40,8 +41,8 @@ $(FPGA_STAMP): pyproject.toml | $(STAMP)
 
 fpga-tools: $(FPGA_STAMP) ## Install the open FPGA tools (YoWASP Yosys, nextpnr) into .venv
 
-bitstream: venv fpga-tools ## Build the bitstream for BOARD (ulx3s-85f or icebreaker) and report it
-	$(VENV)/bin/fusetile build --board $(BOARD)
+bitstream: venv fpga-tools ## Build the bitstream for BOARD (ulx3s-85f or icebreaker) [at CLOCK_MHZ] and report it
+	$(VENV)/bin/fusetile build --board $(BOARD) $(if $(CLOCK_MHZ),--clock-mhz $(CLOCK_MHZ))
 
 test-fpga: venv fpga-tools ## Long runs (bitstreams, big sweeps): pytest -m slow
 	$(VPY) -m pytest tests/ -m slow $(PYTEST_ARGS)
