@@ -25,7 +25,7 @@ from .tile import Tile
 from .uart_bridge import UartBridge
 
 
-__all__ = ["DEFAULT_BAUD", "LED_MEANINGS", "Board", "BOARDS", "board", "BoardCore", "BoardTop"]
+__all__ = ["DEFAULT_BAUD", "BUS_TIMEOUT", "LED_MEANINGS", "Board", "BOARDS", "board", "BoardCore", "BoardTop"]
 
 
 #: Line rate of the board's UART unless told otherwise (the serial transport's default).
@@ -128,8 +128,9 @@ BOARDS = {b.name: b for b in (
         name="icebreaker",
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform",
         family="ice40", clock="clk12", reset="button", leds=2,
-        # What fits a UP5K's 5,280 LUT4, 30 EBR and 8 DSPs: a 4 x 4 array on 32-bit
-        # words, small memories, no per-slot counters.
+        # A 4 x 4 array on 32-bit words, small memories, no per-slot counters. The tile
+        # still needs about 4.4 times a UP5K's 5,280 logic cells (docs/fpga.md): no
+        # configuration value brings it within, the architecture has to shrink.
         config=TileConfig(rows=4, cols=4, word_bytes=4, spad_banks=2, spad_bank_words=256,
                           partitions=4, kernel_slots=4, slot_depth=64, plan_depth=64,
                           gmem_bytes=4096, trace_depth=16, staging_words=16,
@@ -175,7 +176,6 @@ class BoardCore(wiring.Component):
     config : TileConfig
     divisor : int
         Clock cycles per UART bit.
-
     leds : int
         How many of :data:`LED_MEANINGS` to drive.
     heartbeat_cycles : int

@@ -236,7 +236,9 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     env = tool_environment(board.family)
     platform = board.make_platform()
     top = BoardTop(board, config, clock_hz=clock_hz, baud=baud)
-    nextpnr = ["--report", "report.json", "--timing-allow-fail", "--seed", str(seed)]
+    # router2: router1 spends most of an hour on the ULX3S build's congestion.
+    nextpnr = ["--report", "report.json", "--timing-allow-fail", "--seed", str(seed),
+               "--router", "router2"]
     options = {"nextpnr_opts": nextpnr, **_SYNTH_OPTIONS.get(board.family, {})}
     say(f"elaborating the tile for {board.name} ({platform.device})")
     start = time.monotonic()
