@@ -20,8 +20,9 @@ class StagingBuffer(wiring.Component):
     it stored: there is no forwarding). Outside speculation writes pass through too.
     While ``speculate`` is high, each write is appended to the buffer instead; a write
     that finds it full is dropped and raises ``overflow`` (the control unit treats that
-    as a miss). ``publish`` drains the buffer into GMEM in order, one word per cycle,
-    while ``draining`` is high; ``discard`` empties it.
+    as a miss). ``publish`` drains the buffer into GMEM in order, one word every other
+    cycle, while ``draining`` is high; ``discard`` empties it. GMEM's DMA side reads or
+    writes in a cycle, not both, so a draining write waits while the DMA engine reads.
 
     Parameters
     ----------
