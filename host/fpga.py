@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..hdl.board import BOARDS, BoardTop, DEFAULT_BAUD, LED_MEANINGS, board as find_board
+from ..hdl.board import BoardTop, DEFAULT_BAUD, LED_MEANINGS, board as find_board
 from ..kernels.config import TileConfig
 
 

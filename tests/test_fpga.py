@@ -18,7 +18,7 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from fusetile.hdl.board import BOARDS, LED_MEANINGS, BoardCore, BoardTop, board
-from fusetile.hdl.pll import PllParams, ecp5_pll_params, ice40_pll_params
+from fusetile.hdl.pll import ecp5_pll_params, ice40_pll_params
 from fusetile.hdl.regmap import hwcfg_values, tile_memory_map, config_from_hwcfg
 from fusetile.host import fpga
 from fusetile.host.cli import main
