@@ -12,14 +12,15 @@ import pytest
 
 from fusetile.host.device import Device
 from fusetile.host.runner import infer, load_program
-from fusetile.host.transport import BusError, open_transport
+from fusetile.host.transport import open_transport
 from fusetile.host.uart_protocol import Cmd, Status
 
 from conftest import require_simulator
 from scenarios import SCENARIOS
 # The same checks as over the stand-in, collected here, so with this module's fixtures:
 # the link and the board are the RTL's.
-from test_serial_transport import (CONFIG, GMEM, WATCHDOG, _frames,  # noqa: F401
+from test_serial_transport import (CONFIG, WATCHDOG, _frames,  # noqa: F401
+                                   test_bus_error_mid_burst_names_the_word,
                                    test_bus_error_names_the_register,
                                    test_corrupted_request_is_resent,
                                    test_corrupted_write_is_not_carried_out_then_resent,
@@ -61,17 +62,6 @@ def link(board):
 @pytest.fixture
 def dev(link):
     return Device(link)
-
-
-def test_bus_error_mid_burst_names_the_word(dev):
-    end = GMEM + CONFIG.gmem_bytes
-    with pytest.raises(BusError, match=rf"write to {end:#010x} \(GMEM \+ 0x1000\)") as err:
-        dev.transport.write_burst(end - 8, [1, 2, 3, 4])
-    assert err.value.addr == end and err.value.write
-    assert dev.transport.read_burst(end - 8, 2) == [1, 2], "the words before it were written"
-    with pytest.raises(BusError) as err:
-        dev.transport.read_burst(end - 4, 2)
-    assert err.value.addr == end
 
 
 # As over the stand-in: the host's wait_cycles does not run the tile's clock (here the
