@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..kernels.config import TileConfig
 from ..hdl import regmap
-from ..hdl.board import BOARDS
+from ..hdl.board import BOARDS, DEFAULT_BAUD
 from . import isa_docs, regmap_docs
 from .transport import TransportError, open_transport, transport_names
 
@@ -594,9 +594,11 @@ def report_command(args, out):
     arg("--board", "-b", required=True, metavar="BOARD",
         help="the board: " + ", ".join(BOARDS)),
     arg("--clock-mhz", type=float, metavar="MHZ",
-        help="the tile's clock (default: the board's, 100 MHz on the ULX3S, 24 MHz on "
-             "the iCEBreaker); timing is checked against it"),
-    arg("--baud", type=int, default=1_000_000, help="UART line rate (default: 1000000)"),
+        help="the tile's clock (default: the board's: " + ", ".join(
+            f"{b.name} {b.clock_hz / 1e6:g} MHz" for b in BOARDS.values())
+        + "); timing is checked against it"),
+    arg("--baud", type=int, default=DEFAULT_BAUD,
+        help=f"UART line rate (default: {DEFAULT_BAUD})"),
     arg("--out", metavar="DIR", help="build directory (default: build/fpga/BOARD)"),
     arg("--seed", type=int, default=1, help="nextpnr's placement seed (default: 1)"),
     arg("--program", action="store_true",

@@ -3,8 +3,8 @@
 :func:`build` elaborates :class:`~fusetile.hdl.board.BoardTop` for a board, runs the
 PyPI YoWASP tools through amaranth-boards' platform (Yosys, nextpnr-ecp5 + ecppack or
 nextpnr-ice40 + icepack; no vendor tools), and reads back what they measured:
-nextpnr's ``--report`` JSON for Fmax and the placed cells, Yosys' ``stat`` for the
-LUTs and flip-flops. It answers with one dictionary (what ``--json`` prints).
+nextpnr's ``--report`` JSON for Fmax and the placed cells (and on the iCE40, whose
+logic cells pair a LUT with a flip-flop, Yosys' ``stat`` for how many of each). It answers with one dictionary (what ``--json`` prints).
 :func:`program` loads the bitstream with openFPGALoader when that is installed.
 
 The tools are the ``fpga`` extra (``pip install -e '.[fpga]'``; ``make bitstream``
@@ -259,14 +259,16 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     try:
         report = parse_report(json.loads((build_dir / "report.json").read_text()),
                               board.family)
-        stat = parse_yosys_stat((build_dir / "fusetile.rpt").read_text(errors="replace"))
+        resources = dict(report["cells"])
+        if board.family == "ice40":
+            # An iCE40 logic cell is a LUT4 and a flip-flop; nextpnr counts cells, Yosys
+            # says how many of each.
+            stat = parse_yosys_stat((build_dir / "fusetile.rpt").read_text(errors="replace"))
+            cells = resources["lc"]["available"]
+            resources["lut"] = {"used": stat["lut"], "available": cells}
+            resources["ff"] = {"used": stat["ff"], "available": cells}
     except (OSError, ValueError, KeyError) as e:
         raise FpgaError(f"cannot read the tools' reports in {build_dir}: {e}") from e
-    resources = dict(report["cells"])
-    if board.family == "ice40":
-        # An iCE40 logic cell is a LUT4 and a flip-flop; Yosys says how many of each.
-        resources["lut"] = {"used": stat["lut"], "available": resources["lc"]["available"]}
-        resources["ff"] = {"used": stat["ff"], "available": resources["lc"]["available"]}
     clock_mhz = pll.f_out / 1e6
     macs = config.rows * config.cols
     bitstream = build_dir / ("fusetile.bit" if board.family == "ecp5" else "fusetile.bin")
