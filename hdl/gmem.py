@@ -91,8 +91,9 @@ class GlobalMemory(wiring.Component):
     on ``shared_ports``:
 
     * ``False``: two read-write ports, one for the host and one for the DMA engine
-      (on an ECP5, true dual-port block RAM). Every host access is answered one cycle
-      after ``stb`` is seen. If the host and the DMA engine write the same word in the
+      (what the simulators build; Yosys maps no such memory to block RAM, see
+      ``docs/fpga.md``). Every host access is answered one cycle after ``stb`` is
+      seen. If the host and the DMA engine write the same word in the
       same cycle, which write wins is undefined.
     * ``True``: one read port and one write port, for block RAMs that have no more
       (the iCE40's). The DMA engine has them first: a host read waits while the DMA
