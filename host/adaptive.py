@@ -15,7 +15,12 @@ so changing the program never touches GMEM: only kernels and a plan. Per plan ru
 4. every ``interval`` runs after the last change (on a short stream, every quarter of
    it), ask the
    :class:`~fusetile.host.fusion.FusionEngine` for a merge or a split; JIT-compile the
-   new grouping (or take it from the :class:`~fusetile.host.cache.KernelCache`).
+   new grouping (or take it from the :class:`~fusetile.host.cache.KernelCache`);
+5. when the engine has nothing to change and one kernel runs the whole plan, swap to
+   its *resident* variant (:func:`~fusetile.kernels.compiler.resident`): the runs
+   before it left the kernel's weights, biases and tables in the scratchpad, and the
+   runtime, which owns the tile, knows nothing ran in between, so the kernel no longer
+   loads them. A new ``run`` starts from the variant that loads them again.
 
 A graph with a data-dependent choice runs one sample per run, and the
 :class:`~fusetile.host.speculation.Speculator` takes the plan banks: before each run it
@@ -28,8 +33,8 @@ import time
 
 import numpy as np
 
-from ..kernels.compiler import (CompileError, Segment, compile_graph, static_groups,
-                                unit_groups)
+from ..kernels.compiler import (CompileError, Segment, compile_graph, resident,
+                                static_groups, unit_groups)
 from ..kernels.graph import Select
 from ..kernels.isa import PlanInstr, PlanOp
 from ..kernels.program import call
@@ -150,6 +155,7 @@ class AdaptiveRunner:
         self._programs = {}
         self.pending = None
         self.fallback = None
+        self.loading = None       # the program that loads what a resident one keeps
         groups = self._start_groups()
         try:
             program = self._compile(groups, jit=False)
@@ -233,6 +239,13 @@ class AdaptiveRunner:
         if self.fallback is not None:
             y, base = infer(dev, program, x, progress=progress, timeout_cycles=timeout_cycles)
             return y, AdaptiveStats(**asdict(base))
+        if self.program.resident:
+            # Anything may have used the scratchpad since the last run: load again.
+            segment, loads = self.slots.place(self.loading.segments[0])
+            self._load(loads)
+            dev.load_plan(segment.plan)
+            self.program, self.segment = self.loading, segment
+            program = self.program
         wb = self.cfg.word_bytes
         x = np.asarray(x, dtype=np.int8)
         n = len(x)
@@ -314,7 +327,26 @@ class AdaptiveRunner:
     def _adapt(self, run):
         groups = self.engine.step(self.program, self.profiler, run)
         if groups is None:
+            self._keep_constants(run)
             return
         program = self._compile(groups)
         segment, loads = self.slots.place(program.segments[0], set(self.segment.kernels))
         self.pending = _Pending(program, segment, loads)
+
+    def _keep_constants(self, run):
+        """Swap to the resident variant of the program when one kernel runs its whole
+        plan. The run in flight when the swap is requested runs the loading variant,
+        so the constants are in place when the resident one starts."""
+        if self.program.resident or not self.program.constant_loads:
+            return
+        try:
+            program = resident(self.program)
+        except CompileError:
+            return
+        segment, loads = self.slots.place(program.segments[0], set(self.segment.kernels))
+        self.pending = _Pending(program, segment, loads)
+        self.loading = self.program
+        self.engine.log.append({
+            "run": run, "action": "resident", "units": segment.units[0],
+            "reason": f"one kernel runs the whole plan: its {program.constant_words} "
+                      "constant words stay in the scratchpad from one run to the next"})

@@ -118,6 +118,7 @@ def _row(name, policy, target, samples, totals, program, cfg):
         if totals["active_cycles"] else 0.0,
         "roofline_cycles": max(macs / array, words / program.lanes),
         "fusions": 0, "defusions": 0, "swap_idle_cycles": 0,
+        "resident_constants": program.resident,
     }
 
 

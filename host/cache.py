@@ -105,6 +105,7 @@ def _program_to_json(program):
         "calls": program.calls, "groups": [list(g) for g in program.groups],
         "tilings": {k: asdict(v) for k, v in program.tilings.items()},
         "constant_words": program.constant_words,
+        "constant_loads": sorted(int(i) for i in program.constant_loads),
     })
 
 
@@ -119,7 +120,8 @@ def _program_from_json(text, graph, config, gmem):
     return Program(config, graph, d["policy"], segments, gmem, _buffer(d["input"]),
                    _buffer(d["output"]), tuple(d["partition"]), d["lanes"], d["calls"],
                    {k: Tiling(**v) for k, v in d["tilings"].items()},
-                   [tuple(g) for g in d["groups"]], d["constant_words"])
+                   [tuple(g) for g in d["groups"]], d["constant_words"],
+                   constant_loads=frozenset(d.get("constant_loads", ())))
 
 
 class KernelCache:

@@ -394,6 +394,7 @@ def run_command(args, out):
         result.update(fusions=stats.fusions, defusions=stats.defusions,
                       jit_compiles=stats.jit_compiles, swaps=stats.swaps,
                       swap_idle_cycles=stats.swap_idle_cycles,
+                      resident_constants=adaptive.program.resident,
                       units=["+".join(g) for g in adaptive.program.groups],
                       fusion_log=adaptive.engine.log)
         if stats.speculation is not None:

@@ -25,8 +25,9 @@ from the trace when the runs did not record them) and compared with the predicti
 and the threshold adapts: raised when fusions pay less than predicted, lowered when
 they pay as predicted. A merged unit is split again
 when it is slower than its parts were (as measured), when it ran in too few of the
-window's runs, or when a better candidate needs its kernel slot. A group that has been
-split ``max_refusions`` times is never merged again (no thrashing).
+window's runs, or when a better candidate needs its kernel slot; the merges the engine
+starts from (the static rules') only when they run too seldom, into their ops. A group
+that has been split ``max_refusions`` times is never merged again (no thrashing).
 """
 
 from dataclasses import dataclass, field
@@ -86,6 +87,13 @@ class FusionEngine:
 
     def __post_init__(self):
         self.groups = [tuple(g) for g in self.groups]
+        # The merges it starts from (the static rules', or the cache's) are split like
+        # its own when they run too seldom; never to free a slot, and with nothing
+        # measured to compare them with.
+        for g in self.groups:
+            if len(g) > 1 and g not in self.fused:
+                self.fused[g] = _Fused(tuple((n,) for n in g), 0.0, 0.0,
+                                       measured=float("inf"))
 
     # -- scoring --------------------------------------------------------------------
     @staticmethod
@@ -144,12 +152,12 @@ class FusionEngine:
         per_inf = {name: p.cycles / n_samples for name, p in profiles.items()}
 
         # Measure what the last merge gained (once, in the first window after it: the
-        # whole run's cycles when the runs recorded them, else the unit's own); split
-        # what does not pay, or stopped running.
-        run_cycles = profiler.cycles_per_inference()
+        # cycles of the runs that called it when the runs recorded them, else the
+        # unit's own); split what does not pay, or stopped running.
         for group, f in list(self.fused.items()):
             name = "+".join(group)
             reason = None
+            run_cycles = profiler.cycles_per_inference({name})
             if f.measured is None and name in profiles:
                 if f.run_before is not None and run_cycles is not None:
                     f.measured, now, then = f.run_before - run_cycles, run_cycles, f.run_before
@@ -185,8 +193,9 @@ class FusionEngine:
             self.refusions[best.group] = self.max_refusions      # never feasible
             return None
         before = sum(per_inf["+".join(p)] for p in best.parts)
+        run_before = profiler.cycles_per_inference({"+".join(p) for p in best.parts})
         inner = {p: self.fused.pop(p) for p in best.parts if p in self.fused}
-        self.fused[best.group] = _Fused(best.parts, best.predicted, before, run_cycles,
+        self.fused[best.group] = _Fused(best.parts, best.predicted, before, run_before,
                                         inner=inner)
         self.log.append({"run": run, "action": "fuse", "units": "+".join(best.group),
                          "kind": best.kind, "score": round(best.score, 4),

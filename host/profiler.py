@@ -179,10 +179,13 @@ class Profiler:
     def window_samples(self):
         return sum(run.samples for run in self.runs)
 
-    def cycles_per_inference(self):
+    def cycles_per_inference(self, units=None):
         """Active cycles per inference over the window's runs, from the counter
-        (None if the runs did not record them)."""
-        runs = [r for r in self.runs if r.cycles is not None]
+        (None if the runs did not record them); with ``units`` (names), over the runs
+        that called one of them (on a data-dependent network, the runs that took their
+        path: what a change to them is measured on, whatever the mix of paths)."""
+        runs = [r for r in self.runs if r.cycles is not None and
+                (units is None or any(u in units for u, _ in r.calls))]
         return sum(r.cycles for r in runs) / sum(r.samples for r in runs) if runs else None
 
     def reads_per_inference(self):

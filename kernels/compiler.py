@@ -49,20 +49,21 @@ sequence of CALLs. A program longer than a plan bank, or with more distinct kern
 than slots, is cut into *segments* run one after the other.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .config import TileConfig
 from .graph import (Add, AvgPool, Clamp, Conv, Dense, Flatten, Graph, GraphError, MaxPool,
                     Requant, Select, avgpool_requant, op_inputs)
-from .isa import CmpOp, GmemBase, VectorCfg
+from .isa import CmpOp, GmemBase, PlanInstr, PlanOp, VectorCfg
 from .program import (acc_bias, assume, branch, call, commit, dma_load, dma_store, done,
                       jump, matmul, requant, ret, switch, vadd, vargmax, vcfg, vclamp, vcmp,
                       vpool, wait)
 
 
-__all__ = ["POLICIES", "Buffer", "Tiling", "Segment", "Program", "CompileError", "compile_graph"]
+__all__ = ["POLICIES", "Buffer", "Tiling", "Segment", "Program", "CompileError", "compile_graph",
+           "resident"]
 
 
 POLICIES = ("none", "static")
@@ -177,6 +178,10 @@ class Program:
     groups: list = None       # the units, each a tuple of op names
     constant_words: int = 0   # weights, biases and tables in the GMEM image
     speculation: tuple = None  # (Select op name, the path its plan assumes)
+    #: The micro-instructions that load constants the kernel keeps resident in the
+    #: scratchpad (weights, biases, tables): what :func:`resident` leaves out.
+    constant_loads: frozenset = frozenset()
+    resident: bool = False    # constants left in the scratchpad by the runs before
 
 
 # -- the convolution kernel -----------------------------------------------------------------
@@ -338,6 +343,7 @@ class _Compiler:
         self.unit = None           # the unit being compiled
         self.tilings = {}
         self.placed = {}           # op name -> its constants (_ConvConsts) in GMEM
+        self.const_loads = set()   # the DMA loads of resident constants (load_const)
 
     def map_shape(self, name):
         """A tensor's shape as a feature map: vectors (K,) are (K, 1, 1)."""
@@ -375,6 +381,7 @@ class _Compiler:
         for i in range(0, words, _MAX_COLS):
             n = min(_MAX_COLS, words - i)
             body.append(dma_load(gmem=at + i, spad=spad + i, cols=n, token=token))
+        self.const_loads.update(body)
         return body
 
     def conv_constants(self, spec):
@@ -1265,7 +1272,41 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
                    groups=[tuple(o.name for o in u.ops) for u in units],
                    constant_words=sum(len(d) for _, d in c.const) // config.word_bytes,
                    speculation=None if speculate is None else
-                   (view.flow.select.name, speculate))
+                   (view.flow.select.name, speculate),
+                   constant_loads=frozenset(c.const_loads))
+
+
+def resident(program):
+    """``program`` with its constants kept in the scratchpad from one run to the next:
+    its kernel without the DMA loads of its weights, biases and tables.
+
+    That is right only where the whole plan calls one kernel (every call then loads the
+    same constants to the same place, and nothing else writes there), and only after a
+    run of ``program`` itself has loaded them, with nothing run in between: the adaptive
+    runtime's to know (``docs/runtime.md``). The kernel's cycles and GMEM traffic per
+    run drop by the constants' loads; its outputs are the same.
+
+    Raises
+    ------
+    CompileError
+        If the plan calls more than one kernel, has more than one segment, steers
+        between paths, or loads no constants.
+    """
+    segments = program.segments
+    if len(segments) != 1 or len(segments[0].kernels) != 1 or \
+            segments[0].fallback is not None or any(
+                PlanInstr.from_bits(i).op not in (PlanOp.CALL, PlanOp.DONE)
+                for i in segments[0].plan):
+        raise CompileError(program.graph.name, "Resident", "constants stay in the "
+                           "scratchpad between runs only when one kernel runs the whole "
+                           "plan, which only calls it")
+    (segment,) = segments
+    (slot, body), = segment.kernels.items()
+    kept = [i for i in body if i not in program.constant_loads]
+    if len(kept) == len(body):
+        raise CompileError(program.graph.name, "Resident", "the kernel loads no constants")
+    return replace(program, resident=True, segments=[
+        replace(segment, kernels={slot: kept})])
 
 
 @dataclass
@@ -1428,12 +1469,14 @@ class _GraphView:
             unit = Unit(kind, ops)
             for n in names:
                 of[n] = unit
+        # A fused unit runs where its last op is: every input from outside it is made
+        # by then, and what its other ops make only it reads.
         units = []
         for op in self.g.ops:
             if isinstance(op, Flatten):
                 continue
             unit = of.get(op.name) or Unit("op", [op])
-            if not units or units[-1] is not unit:
+            if op is unit.ops[-1]:
                 units.append(unit)
         return units
 
@@ -1472,16 +1515,36 @@ def unit_edges(graph, config, groups):
 
 
 def static_groups(graph, config):
-    """The ``static`` policy's fixed rule set (like TVM's FuseOps): a convolution whose
-    only consumer is an unpadded max-pool is fused with it, when they fit one kernel.
-    (Bias, requantisation and a ReLU are part of every convolution kernel.)"""
+    """The ``static`` policy's fixed rule set (like TVM's FuseOps), applied without
+    measuring anything: a convolution whose only consumer is an unpadded max-pool is
+    fused with it, and a chain of Dense layers, each the only consumer of the one
+    before, into one kernel; each when it fits. (Bias, requantisation and a ReLU are part
+    of every convolution kernel.) Merges across a pooling or an add, of residual
+    branches and of siblings are the adaptive runtime's, when its measurements say they
+    pay."""
     view = _GraphView(graph, _Compiler(graph, config, "static", 1))
-    groups = []
+    groups, taken = [], set()
+
+    def only_consumer(op):
+        nxt = view.consumers.get(view.alias.get(op.y, op.y), [])
+        return nxt[0] if len(nxt) == 1 else None
+
     for op in graph.ops:
-        if isinstance(op, Conv):
-            nxt = view.consumers.get(view.alias.get(op.y, op.y), [])
-            if len(nxt) == 1 and view.kind([op, nxt[0]])[0] == "conv+pool":
-                groups.append((op.name, nxt[0].name))
+        if op.name in taken:
+            continue
+        nxt = only_consumer(op)
+        group = []
+        if isinstance(op, Conv) and nxt is not None and \
+                view.kind([op, nxt])[0] == "conv+pool":
+            group = [op, nxt]
+        elif isinstance(op, Dense):
+            group = [op]
+            while isinstance(nxt, Dense) and view.kind(group + [nxt])[0] == "dense chain":
+                group.append(nxt)
+                nxt = only_consumer(nxt)
+        if len(group) > 1:
+            groups.append(tuple(o.name for o in group))
+            taken.update(groups[-1])
     return groups
 
 

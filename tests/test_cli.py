@@ -202,14 +202,19 @@ def test_run_adaptive_with_a_cache(tmp_path, capsys):
     from fusetile.workloads.digits import load_split
     x = tmp_path / "x.npy"
     np.save(x, load_split()[2][:64])
-    argv = ["run", str(Path(__file__).parents[1] / "workloads" / "digits_mlp.onnx"),
+    argv = ["run", str(Path(__file__).parents[1] / "workloads" / "digits_cnn.onnx"),
             "--input", str(x), "--target", "model", "--policy", "adaptive",
             "--cache", str(tmp_path / "c.sqlite")]
     status, first = _json(capsys, argv)
-    assert status == 0 and first["fusions"] == 1 and first["units"] == ["fc1+fc2"]
+    assert status == 0 and first["fusions"] == 1 and first["units"][-1] == "conv2+pool2+fc"
     status, second = _json(capsys, argv)
     assert second["jit_compiles"] == 0 and second["fusions"] == 0
-    assert second["units"] == ["fc1+fc2"]
+    assert second["units"] == first["units"]
+    # the MLP, one kernel under the static rules: its weights stay in the scratchpad
+    argv[1] = argv[1].replace("digits_cnn", "digits_mlp")
+    status, mlp = _json(capsys, argv)
+    assert status == 0 and mlp["units"] == ["fc1+fc2"] and mlp["resident_constants"]
+    assert [e["action"] for e in mlp["fusion_log"]] == ["resident"]
 
 
 def test_run_adaptive_speculates_on_a_mixture_of_experts(tmp_path, capsys):
