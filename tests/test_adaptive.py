@@ -118,6 +118,34 @@ def test_swap_while_running_loses_no_sample(cnn):
     assert runner.program.groups[-1] == ("conv2", "pool2", "fc")
 
 
+@pytest.mark.parametrize("target", ["model", pytest.param("verilator",
+                                                          marks=pytest.mark.cocotb)])
+def test_a_one_kernel_program_keeps_its_weights_in_the_scratchpad(target):
+    """The MLP, one kernel under the static rules: the runtime swaps to the variant that
+    does not load its constants, after a run that did; a new stream loads them again."""
+    if target != "model":
+        require_simulator(target)
+    mlp = _workload("mlp")
+    xs = _samples(mlp, 8 * 12 + 3)
+    reference = np.stack([run_reference(mlp, x)[mlp.output] for x in xs])
+    with open_transport(target) as transport:
+        runner = AdaptiveRunner(Device(transport), mlp)
+        y, stats = runner.run(xs)
+        assert np.array_equal(y, reference)
+        assert [e["action"] for e in runner.engine.log] == ["resident"]
+        assert runner.program.resident and stats.swaps == 1 and stats.jit_compiles == 0
+        full = [r for r in stats.runs_log if r["samples"] == 8]
+        cold = {r["dma_bytes_in"] for r in full if r["plan"] == 0}
+        warm = {r["dma_bytes_in"] for r in full if r["plan"] == 1}
+        constants = runner.program.constant_words * TileConfig().word_bytes
+        assert len(cold) == len(warm) == 1 and cold.pop() - warm.pop() == constants
+        assert max(r["active_cycles"] for r in full if r["plan"] == 1) < \
+            min(r["active_cycles"] for r in full if r["plan"] == 0)
+        y, again = runner.run(xs)                 # starts from the loading variant
+        assert np.array_equal(y, reference)
+        assert again.runs_log[0]["dma_bytes_in"] == stats.runs_log[0]["dma_bytes_in"]
+
+
 def test_slots_of_the_running_plan_are_never_overwritten(cnn):
     table = SlotTable(4)
     static = compile_graph(cnn, TileConfig(), policy="static", stable_layout=True)
