@@ -83,7 +83,7 @@ def roofline_plot(results, config, path):
 
 _COLUMNS = ("workload", "policy", "stream", "cycles_per_inference", "roofline_cycles",
             "gmem_bytes_per_inference", "mac_utilization", "fusions", "defusions",
-            "swap_idle_cycles", "output_mismatches")
+            "resident_constants", "swap_idle_cycles", "output_mismatches")
 
 
 def _cell(value):
