@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import Fragment
@@ -250,6 +251,40 @@ Printing statistics.
         2   CCU2C
 """
     assert fpga.parse_yosys_stat(newer) == {"lut": 4, "ff": 3}
+
+
+def _cell(type_, ins, outs, **params):
+    ports = {**{p: "input" for p in ins}, **{p: "output" for p in outs}}
+    return {"type": type_, "parameters": params, "port_directions": ports,
+            "connections": {**ins, **outs}}
+
+
+def test_timing_paths_ranks_the_longest_path(tmp_path):
+    """scripts/timing_paths.py on a hand-made netlist: a block RAM's output through two
+    LUTs into a flip-flop is slower than a flip-flop through one LUT into another."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    try:
+        import timing_paths as tp
+    finally:
+        sys.path.pop(0)
+    cells = {
+        "ram": _cell("DP16KD", {"CLKA": [1]}, {"DOA0": [2]}),
+        "l1": _cell("LUT4", {"A": [2], "B": [3]}, {"Z": [4]}),
+        "l2": _cell("LUT4", {"A": [4]}, {"Z": [5]}),
+        "slow": _cell("TRELLIS_FF", {"DI": [5], "CLK": [1]}, {"Q": [6]}),
+        "src": _cell("TRELLIS_FF", {"DI": [6], "CLK": [1]}, {"Q": [3]}),
+    }
+    names = {"clk": [1], "ram_out": [2], "src_q": [3], "mid": [4], "d": [5], "slow_q": [6]}
+    netlist = {"modules": {"fusetile": {"attributes": {"top": "1"}, "cells": cells,
+                                        "netnames": {n: {"bits": b} for n, b in names.items()}}}}
+    path = tmp_path / "mapped.json"
+    path.write_text(json.dumps(netlist))
+    n = tp.Netlist(path)
+    (worst, name, port, bit), (other, name2, _, _) = n.endpoints()[:2]
+    assert (name, port) == ("slow_q", "DI") and name2 == "src_q"
+    assert worst == pytest.approx(tp.BRAM_OUT + 2 * (tp.LUT + tp.ROUTE) + tp.SETUP)
+    assert other == pytest.approx(tp.FF_OUT + tp.SETUP)       # slow_q straight back
+    assert [net for _, net, _ in n.path(bit)] == ["ram_out", "mid", "d"]
 
 
 def test_a_design_that_does_not_fit_is_named(tmp_path):
