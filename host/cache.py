@@ -15,7 +15,10 @@ What the adaptive runtime compiles and measures, kept across runs:
     its cycles per inference, and the groups it found do not pay (never tried again).
 
 Keys always include the hardware profile hash (``TileConfig.profile_hash``, the one
-``ID``/``HWCFG`` report), so a different tile never gets a stale hit. The canonical hashes
+``ID``/``HWCFG`` report), so a different tile never gets a stale hit; compiled programs
+also the fingerprint of the compiler that made them (:data:`COMPILER`, a hash of the
+``kernels`` package's sources), so a newer fusetile recompiles rather than run an older
+compiler's kernels. The canonical hashes
 ignore op and tensor names (tensors are numbered in order of appearance), so renaming
 nothing changes nothing.
 
@@ -27,15 +30,23 @@ without it and loses no result.
 from dataclasses import asdict, fields, is_dataclass
 import hashlib
 import json
+from pathlib import Path
 import sqlite3
 import warnings
 
 import numpy as np
 
+from .. import kernels
 from ..kernels.compiler import Buffer, Program, Segment, Tiling
 
 
-__all__ = ["KernelCache", "graph_hash", "unit_hash"]
+__all__ = ["KernelCache", "COMPILER", "graph_hash", "unit_hash"]
+
+
+#: The compiler's fingerprint: any change to the ISA, the assembler or the compiler
+#: gives compiled programs another key.
+COMPILER = hashlib.sha256(b"".join(
+    p.read_bytes() for p in sorted(Path(kernels.__file__).parent.glob("*.py")))).hexdigest()[:16]
 
 
 _SCHEMA = """
@@ -171,9 +182,13 @@ class KernelCache:
             self.db = None
 
     # -- programs -----------------------------------------------------------------------
+    @staticmethod
+    def _program_key(graph, config):
+        return graph_hash(graph), f"{config.profile_hash}/{COMPILER}"
+
     def program(self, graph, config, groups):
         """The cached program of ``graph`` with ``groups`` for ``config``, or None."""
-        key = (graph_hash(graph), config.profile_hash)
+        key = self._program_key(graph, config)
         rows = self._query("SELECT data FROM programs WHERE graph=? AND profile=? AND groups=?",
                            key + (_groups_key(groups),))
         image = self._query("SELECT gmem FROM images WHERE graph=? AND profile=?", key)
@@ -191,7 +206,7 @@ class KernelCache:
     def store_program(self, graph, config, groups, program):
         """Store a program compiled with ``stable_layout`` (all of a graph's share one
         GMEM image, stored once)."""
-        key = (graph_hash(graph), config.profile_hash)
+        key = self._program_key(graph, config)
         self._query("INSERT OR IGNORE INTO images VALUES (?, ?, ?)", key + (program.gmem,),
                     write=True)
         self._query("INSERT OR REPLACE INTO programs VALUES (?, ?, ?, ?)",

@@ -192,6 +192,20 @@ def test_another_hardware_profile_gets_no_stale_hit(cnn, tmp_path):
     assert cache.hits == 0 and stats.jit_compiles >= 1      # compiled anew for this tile
 
 
+def test_another_compiler_gets_no_stale_hit(cnn, tmp_path, monkeypatch):
+    from fusetile.host import cache as cache_module
+    xs = _samples(cnn, 8 * 6)
+    cache = KernelCache(tmp_path / "cache.sqlite")
+    _adaptive(cnn, xs, cache=cache)
+    assert cache.program(cnn, TileConfig(), [("conv1", "pool1"), ("conv2", "pool2", "fc")])
+    monkeypatch.setattr(cache_module, "COMPILER", "a-newer-one")
+    hits, misses = cache.hits, cache.misses
+    runner, y, _ = _adaptive(cnn, xs, cache=cache)
+    assert cache.hits == hits and cache.misses > misses     # recompiled, not served
+    assert runner.program.groups[-1] == ("conv2", "pool2", "fc")   # what was learnt stays
+    assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
+
+
 @pytest.mark.parametrize("damage", ["corrupt", "locked"])
 def test_a_bad_cache_is_reported_and_the_run_goes_on(cnn, tmp_path, damage):
     path = tmp_path / "cache.sqlite"
