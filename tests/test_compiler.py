@@ -201,6 +201,7 @@ def test_only_a_one_kernel_plan_keeps_its_constants():
     with pytest.raises(CompileError, match="one kernel runs the whole plan"):
         resident(compile_graph(conv_net(1), TileConfig(), policy="static"))
 
+
 def test_a_group_runs_where_its_last_op_is():
     """Two chains interleaved in graph order (a mixture of experts' experts): each fused
     unit is compiled once, after every op it reads from."""
@@ -213,6 +214,7 @@ def test_a_group_runs_where_its_last_op_is():
     xs = _samples(graph, 3)
     y, _ = _run("model", graph, xs, "static")
     assert np.array_equal(y, _reference(graph, xs))
+
 
 #: Fused units: (graph, groups, kind of the first group).
 FUSED = {
