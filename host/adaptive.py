@@ -155,7 +155,6 @@ class AdaptiveRunner:
         self._programs = {}
         self.pending = None
         self.fallback = None
-        self.loading = None       # the program that loads what a resident one keeps
         groups = self._start_groups()
         try:
             program = self._compile(groups, jit=False)
@@ -240,12 +239,13 @@ class AdaptiveRunner:
             y, base = infer(dev, program, x, progress=progress, timeout_cycles=timeout_cycles)
             return y, AdaptiveStats(**asdict(base))
         if self.program.resident:
-            # Anything may have used the scratchpad since the last run: load again.
-            segment, loads = self.slots.place(self.loading.segments[0])
+            # Anything may have used the scratchpad since the last run: back to the
+            # program that loads the constants (compiled already: the same groups).
+            program = self._compile(self.program.groups)
+            segment, loads = self.slots.place(program.segments[0])
             self._load(loads)
             dev.load_plan(segment.plan)
-            self.program, self.segment = self.loading, segment
-            program = self.program
+            self.program, self.segment = program, segment
         wb = self.cfg.word_bytes
         x = np.asarray(x, dtype=np.int8)
         n = len(x)
@@ -337,7 +337,7 @@ class AdaptiveRunner:
         """Swap to the resident variant of the program when one kernel runs its whole
         plan. The run in flight when the swap is requested runs the loading variant,
         so the constants are in place when the resident one starts."""
-        if self.program.resident or not self.program.constant_loads:
+        if self.program.resident:
             return
         try:
             program = resident(self.program)
@@ -345,7 +345,6 @@ class AdaptiveRunner:
             return
         segment, loads = self.slots.place(program.segments[0], set(self.segment.kernels))
         self.pending = _Pending(program, segment, loads)
-        self.loading = self.program
         self.engine.log.append({
             "run": run, "action": "resident", "units": segment.units[0],
             "reason": f"one kernel runs the whole plan: its {program.constant_words} "

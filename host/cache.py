@@ -18,9 +18,8 @@ Keys always include the hardware profile hash (``TileConfig.profile_hash``, the 
 ``ID``/``HWCFG`` report), so a different tile never gets a stale hit; compiled programs
 also the fingerprint of the compiler that made them (:data:`COMPILER`, a hash of the
 ``kernels`` package's sources), so a newer fusetile recompiles rather than run an older
-compiler's kernels. The canonical hashes
-ignore op and tensor names (tensors are numbered in order of appearance), so renaming
-nothing changes nothing.
+compiler's kernels. The canonical hashes ignore op and tensor names (tensors are
+numbered in order of appearance), so renaming nothing changes nothing.
 
 A database that cannot be opened or used (corrupt, locked, unwritable) is reported once
 (:attr:`KernelCache.error`, a warning) and the cache turns itself off; the run goes on
@@ -132,7 +131,7 @@ def _program_from_json(text, graph, config, gmem):
                    _buffer(d["output"]), tuple(d["partition"]), d["lanes"], d["calls"],
                    {k: Tiling(**v) for k, v in d["tilings"].items()},
                    [tuple(g) for g in d["groups"]], d["constant_words"],
-                   constant_loads=frozenset(d.get("constant_loads", ())))
+                   constant_loads=frozenset(d["constant_loads"]))
 
 
 class KernelCache:

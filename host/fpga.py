@@ -4,7 +4,8 @@
 PyPI YoWASP tools through amaranth-boards' platform (Yosys, nextpnr-ecp5 + ecppack or
 nextpnr-ice40 + icepack; no vendor tools), and reads back what they measured:
 nextpnr's ``--report`` JSON for Fmax and the placed cells (and on the iCE40, whose
-logic cells pair a LUT with a flip-flop, Yosys' ``stat`` for how many of each). It answers with one dictionary (what ``--json`` prints).
+logic cells pair a LUT with a flip-flop, Yosys' ``stat`` for how many of each). It
+answers with one dictionary (what ``--json`` prints).
 :func:`program` loads the bitstream with openFPGALoader when that is installed.
 
 The tools are the ``fpga`` extra (``pip install -e '.[fpga]'``; ``make bitstream``
