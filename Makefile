@@ -5,6 +5,9 @@ VENV        := .venv
 VPY         := $(VENV)/bin/python
 STAMP       := $(VENV)/.fusetile-installed
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): one per CPU. The simulation models are built once
+# and shared (a lock per model), so the workers only share the CPUs.
+PYTEST_WORKERS ?= auto
 
 .DEFAULT_GOAL := help
 BOARD       ?= ulx3s-85f
@@ -29,7 +32,7 @@ $(STAMP): pyproject.toml | $(VPY)
 	@touch $@
 
 test: venv ## Run all tests: unit tests and the cocotb RTL regression on Icarus and Verilator
-	$(VPY) -m pytest tests/ -m "not slow" $(PYTEST_ARGS)
+	$(VPY) -m pytest tests/ -m "not slow" -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 sim: venv ## The demo: digits CNN on the Verilator RTL under none, static, adaptive (+ plots)
 	$(VENV)/bin/fusetile demo --target verilator

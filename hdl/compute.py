@@ -118,8 +118,9 @@ class ComputeUnit(wiring.Component):
       register.
 
     ``fault`` stays high (``cmd.ready`` low) until ``abort``. ``abort`` drops the
-    current command in that cycle (no access made, the MAC array aborted too: ACC keeps
-    the steps already added), clears the fault and makes the unit idle; results still
+    current command in that cycle (its scratchpad accesses of that cycle are cancelled
+    by :attr:`Scratchpad.abort`, wired to the same signal; the MAC array is aborted
+    too: ACC keeps the steps already added), clears the fault and makes the unit idle; results still
     in the vector pipelines are discarded, so a command may be accepted the next cycle.
 
     *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command. ``a.we`` and ``b.we``
@@ -695,12 +696,12 @@ class ComputeUnit(wiring.Component):
                 a_have.eq(0),
                 b_have.eq(0),
             ]
-        # Nothing of an aborted command reaches the scratchpad in the abort cycle. A
-        # flag or index written in that cycle still lands: the control unit may be
-        # aborting *because* of that flag (a speculation guard failing), and gating it
-        # on abort would be a combinational loop.
-        with m.If(self.abort):
-            m.d.comb += [self.a.en.eq(0), self.b.en.eq(0), self.w.en.eq(0)]
+        # Nothing of an aborted command reaches the scratchpad in the abort cycle: the
+        # scratchpad cancels the cycle's accesses at its banks (`Scratchpad.abort`,
+        # the same signal), so the ports here do not wait for `abort`, which comes
+        # late in the cycle. A flag or index written in that cycle still lands: the
+        # control unit may be aborting *because* of that flag (a speculation guard
+        # failing), and gating it on abort would be a combinational loop.
         return m
 
     @staticmethod

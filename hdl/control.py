@@ -197,8 +197,13 @@ class ControlUnit(wiring.Component):
         m = Module()
         cfg = self.config
 
-        plan = PlanInstr(self.plan_rd_data)
-        micro = MicroInstr(self.kern_rd_data)
+        # The instruction registers: a fetch cycle registers the word the stores read
+        # for it in the cycle before, so decoding starts from a flip-flop rather than
+        # from a block RAM's output (see "the store read ports" below).
+        plan_ir = Signal(64)
+        micro_ir = Signal(128)
+        plan = PlanInstr(plan_ir)
+        micro = MicroInstr(micro_ir)
         dma_args = micro.args.dma
 
         arg_a = Signal(24)
@@ -221,8 +226,11 @@ class ControlUnit(wiring.Component):
         guard_value = Signal()
         resume_pc = Signal(24)
 
-        # The store read ports re-read the same address every cycle, so an
-        # instruction's bits stay valid for as long as it takes to execute it.
+        # The store read ports are addressed one cycle ahead: the cycle that decides
+        # the next plan (micro) PC presents it, so the word is out of the block RAM in
+        # the fetch cycle, which registers it. By default they read the instruction
+        # being executed; plan_goto, micro_next, CALL, START and a miss present the
+        # next one.
         m.d.comb += [
             self.plan_rd_bank.eq(self.exec_bank),
             self.plan_rd_pc.eq(self.plan_pc),
@@ -297,11 +305,11 @@ class ControlUnit(wiring.Component):
                 raise_fault(FaultCause.PLAN_RANGE, target)
             with m.Else():
                 m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
-                m.d.comb += self.events.plan_retired.eq(1)
+                m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_pc.eq(target)]
 
         def micro_next():
             m.d.sync += [self.micro_pc.eq(next_upc), state.eq(_State.MICRO_FETCH)]
-            m.d.comb += self.events.micro_retired.eq(1)
+            m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_upc.eq(next_upc)]
 
         # An explicit state register rather than m.FSM: faults and misses from any
         # state are one override at the end instead of a check in every state.
@@ -331,6 +339,7 @@ class ControlUnit(wiring.Component):
 
         with m.Switch(state):
             with m.Case(_State.IDLE):
+                m.d.comb += [self.plan_rd_bank.eq(self.active_bank), self.plan_rd_pc.eq(0)]
                 with m.If(self.swap_pending | self.swap):
                     m.d.comb += take_swap.eq(1)
                 with m.If(self.start):
@@ -341,6 +350,7 @@ class ControlUnit(wiring.Component):
                     ]
 
             with m.Case(_State.PLAN_FETCH):
+                m.d.sync += plan_ir.eq(self.plan_rd_data)
                 with m.If(self.plan_pc >= cfg.plan_depth):
                     raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
                 with m.Else():
@@ -420,6 +430,8 @@ class ControlUnit(wiring.Component):
                             with m.If(~slot_ok):
                                 raise_fault(FaultCause.SLOT_INVALID, plan.sel)
                             with m.Else():
+                                m.d.comb += [self.kern_rd_slot.eq(plan.sel),
+                                             self.kern_rd_upc.eq(0)]
                                 m.d.sync += [
                                     self.slot.eq(plan.sel),
                                     part.eq(self.slot_part[plan.sel[:4]]),
@@ -434,7 +446,7 @@ class ControlUnit(wiring.Component):
                         with m.Default():
                             m.d.comb += illegal_plan.eq(1)
                 with m.If(illegal_plan):
-                    raise_fault(FaultCause.ILLEGAL_PLAN, self.plan_rd_data[:32])
+                    raise_fault(FaultCause.ILLEGAL_PLAN, plan_ir[:32])
 
             with m.Case(_State.PUBLISH):
                 # The COMMIT retires once its stores are in GMEM.
@@ -442,6 +454,7 @@ class ControlUnit(wiring.Component):
                     plan_goto(next_pc)
 
             with m.Case(_State.MICRO_FETCH):
+                m.d.sync += micro_ir.eq(self.kern_rd_data)
                 with m.If(self.micro_pc >= cfg.slot_depth):
                     raise_fault(FaultCause.SLOT_RANGE, self.micro_pc)
                 with m.Else():
@@ -461,7 +474,7 @@ class ControlUnit(wiring.Component):
                             with m.Case(GmemBase.ARG1):
                                 m.d.comb += base.eq(arg_b)
                             with m.Default():
-                                raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
+                                raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
                         cmd = self.dma_push.payload.command
                         m.d.comb += [
                             cmd.store.eq(micro.op == MicroOp.DMA_STORE),
@@ -501,7 +514,7 @@ class ControlUnit(wiring.Component):
                             # fault raised here would cause)
                             m.d.comb += self.events.stall_compute.eq(1)
                         with m.Elif(check_illegal):
-                            raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
+                            raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
                         with m.Elif(outside.any()):
                             raise_fault(FaultCause.PARTITION, outside_end, part)
                         with m.Else():
@@ -534,7 +547,7 @@ class ControlUnit(wiring.Component):
                             ]
                             plan_goto(next_pc)
                     with m.Default():
-                        raise_fault(FaultCause.ILLEGAL_MICRO, self.kern_rd_data[:32])
+                        raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
 
             with m.Case(_State.FAULT):
                 with m.If(self.clear_fault):
@@ -559,14 +572,18 @@ class ControlUnit(wiring.Component):
             with m.If(fault):
                 m.d.comb += [miss.eq(1), self.events.spec_fault.eq(1)]
 
+        # The watchdog and the host's abort stop the tile even inside a speculative
+        # region; they are raised last, so their cause wins.
+        hard_fault = Signal()
+        m.d.comb += hard_fault.eq(self.running & (
+            ((self.watchdog_limit != 0) & (watchdog >= self.watchdog_limit)) | self.abort))
         with m.If(self.running & (self.watchdog_limit != 0) &
                   (watchdog >= self.watchdog_limit)):
             raise_fault(FaultCause.WATCHDOG, watchdog)
         with m.If(self.running & self.abort):
             raise_fault(FaultCause.ABORTED)
         stop = Signal()
-        m.d.comb += stop.eq(fault & ~(self.speculating & (fault_cause != FaultCause.WATCHDOG) &
-                                      (fault_cause != FaultCause.ABORTED)))
+        m.d.comb += stop.eq(fault & ~self.speculating | hard_fault)
 
         def abandon():
             """What a miss and a stop share: nothing this cycle retires or is issued,
@@ -583,13 +600,17 @@ class ControlUnit(wiring.Component):
                 self.dma_push.valid.eq(0),
                 self.compute_cmd.valid.eq(0),
                 self.staging_publish.eq(0),
-                self.staging_discard.eq(1),
-                self.dma_abort.eq(1),
                 self.trace_push.eq(self.in_kernel),
                 record.faulted.eq(1),
             ]
 
+        # What a miss and a stop abort, driven from their sources rather than through
+        # `stop`, whose fault cause is the longest logic of the cycle: every fault is
+        # either a stop or (inside a speculative region) a miss.
+        m.d.comb += [self.dma_abort.eq(fault | miss), self.staging_discard.eq(fault | miss)]
+
         with m.If(miss & ~stop):
+            m.d.comb += [self.plan_rd_bank.eq(~self.exec_bank), self.plan_rd_pc.eq(resume_pc)]
             m.d.sync += [
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),

@@ -92,8 +92,10 @@ class Dma(wiring.Component):
     fault_part : Out(4)
         Partition of the faulting transfer.
     abort : In(1)
-        Drop the current transfer at once (no access is made in this cycle), clear
-        the fault and go idle.
+        Drop the current transfer at once, clear the fault and go idle. No GMEM write
+        is made in this cycle and no word counted; the scratchpad access the engine
+        presents in this cycle must be cancelled by the scratchpad
+        (:attr:`Scratchpad.abort`, wired to the same signal).
 
     Raises
     ------
@@ -192,37 +194,33 @@ class Dma(wiring.Component):
         spad_oob = saddr[16:] != 0
         w_spad_oob = w_saddr[16:] != 0
 
-        with m.If(self.abort):
-            m.d.sync += [
-                running.eq(0),
-                issuing.eq(0),
-                wvalid.eq(0),
-                self.fault.eq(0),
-                self.fault_cause.eq(FaultCause.NONE),
-            ]
+        # The ports are driven from the engine's own state only; `abort` (which the
+        # control unit derives from the instruction it is decoding, a long path) acts
+        # last: on the registers here, and on the scratchpad's banks there (the tile
+        # wires `Scratchpad.abort` to the same signal).
+        with m.If(~running):
+            with m.If(self.cmd.valid & self.cmd.ready):
+                p = self.cmd.payload
+                empty = (p.rows == 0) | (p.cols == 0)
+                m.d.sync += [
+                    running.eq(~empty),
+                    issuing.eq(~empty),
+                    wvalid.eq(0),
+                    store.eq(p.store),
+                    part.eq(p.part),
+                    gmem_stride.eq(p.gmem_stride),
+                    spad_stride.eq(p.spad_stride),
+                    last_row.eq(p.rows - 1),
+                    last_col.eq(p.cols - 1),
+                    row.eq(0),
+                    col.eq(0),
+                    gaddr.eq(p.gmem_addr),
+                    row_gaddr.eq(p.gmem_addr),
+                    saddr.eq(p.spad_addr),
+                    row_saddr.eq(p.spad_addr),
+                ]
 
-        with m.Elif(self.cmd.valid & self.cmd.ready):
-            p = self.cmd.payload
-            empty = (p.rows == 0) | (p.cols == 0)
-            m.d.sync += [
-                running.eq(~empty),
-                issuing.eq(~empty),
-                wvalid.eq(0),
-                store.eq(p.store),
-                part.eq(p.part),
-                gmem_stride.eq(p.gmem_stride),
-                spad_stride.eq(p.spad_stride),
-                last_row.eq(p.rows - 1),
-                last_col.eq(p.cols - 1),
-                row.eq(0),
-                col.eq(0),
-                gaddr.eq(p.gmem_addr),
-                row_gaddr.eq(p.gmem_addr),
-                saddr.eq(p.spad_addr),
-                row_saddr.eq(p.spad_addr),
-            ]
-
-        with m.Elif(running & ~store):
+        with m.Elif(~store):
             # Load. Write stage first: it holds the earlier word, so its fault wins.
             write_fault = Signal()
             write_stall = Signal()
@@ -256,7 +254,7 @@ class Dma(wiring.Component):
             with m.Elif(wvalid):
                 m.d.sync += running.eq(0)       # the last word is written this cycle
 
-        with m.Elif(running & store):
+        with m.Else():
             # Store. The write stage holds a word already checked: it always completes.
             m.d.comb += [
                 self.gmem.waddr.eq(w_gaddr),
@@ -280,5 +278,15 @@ class Dma(wiring.Component):
                     advance()
             with m.Else():
                 m.d.sync += running.eq(0)       # the last word is written this cycle
+
+        with m.If(self.abort):
+            m.d.comb += [self.gmem.we.eq(0), self.word_in.eq(0), self.word_out.eq(0)]
+            m.d.sync += [
+                running.eq(0),
+                issuing.eq(0),
+                wvalid.eq(0),
+                self.fault.eq(0),
+                self.fault_cause.eq(FaultCause.NONE),
+            ]
 
         return m

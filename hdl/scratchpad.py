@@ -138,6 +138,10 @@ class Scratchpad(wiring.Component):
         bank ``b``.
     conflicts : Out(range(len(PORTS) + 1))
         Combinational: the number of ports stalled this cycle.
+    abort : In(1)
+        No access is performed this cycle (the units behind the ports are being
+        aborted). Applied at the banks, after arbitration: the ports' ``fault`` and
+        ``stall`` are as without it, and nothing else waits for it.
 
     Raises
     ------
@@ -161,6 +165,7 @@ class Scratchpad(wiring.Component):
             "bank_reads":  Out(config.spad_banks),
             "bank_writes": Out(config.spad_banks),
             "conflicts":   Out(range(len(self.PORTS) + 1)),
+            "abort":       In(1),
         }
         for name in self.PORTS:
             members[name] = In(SpadPortSignature(config))
@@ -252,6 +257,10 @@ class Scratchpad(wiring.Component):
                         wp.data.eq(req.port.wdata),
                         wp.en.eq(1),
                     ]
+
+        with m.If(self.abort):
+            for wp, rp in mems:
+                m.d.comb += [rp.en.eq(0), wp.en.eq(0)]
 
         for req in reqs:
             # A bank's read data is only valid the cycle after the read, and the next

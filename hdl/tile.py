@@ -136,6 +136,7 @@ class Tile(wiring.Component):
             ctrl.dma_word_in.eq(dma.word_in),
             ctrl.dma_word_out.eq(dma.word_out),
             dma.abort.eq(ctrl.dma_abort),
+            spad.abort.eq(ctrl.dma_abort),
 
             plans.rd_bank.eq(ctrl.plan_rd_bank),
             plans.rd_pc.eq(ctrl.plan_rd_pc),

@@ -61,6 +61,7 @@ class SpadModel(wiring.Component):
             "stall_a": In(5),
             "stall_b": In(5),
             "stall_w": In(5),
+            "abort": In(1),
         })
 
     def elaborate(self, platform):
@@ -83,7 +84,7 @@ class SpadModel(wiring.Component):
             bank[name] = word % cfg.spad_banks
             if name == "b":
                 stall = stall | (performed["a"] & (bank["a"] == bank["b"]))
-            ok = port.en & ~outside
+            ok = port.en & ~outside & ~self.abort      # as Scratchpad.abort
             performed[name] = Signal(name=f"{name}_performed")
             m.d.comb += [
                 port.fault.eq(port.en & outside),
@@ -116,6 +117,7 @@ class Harness(wiring.Component):
         m.submodules.spad = self.spad
         for name in ("a", "b", "w"):
             wiring.connect(m, getattr(self.cu, name), getattr(self.spad, name))
+        m.d.comb += self.spad.abort.eq(self.cu.abort)
         return m
 
 

@@ -44,6 +44,7 @@ class Harness(Elaboratable):
         m.submodules.spad = self.spad
         wiring.connect(m, self.dma.gmem, self.gmem.dma)
         wiring.connect(m, self.dma.spad, self.spad.dma)
+        m.d.comb += self.spad.abort.eq(self.dma.abort)      # as the tile wires it
         return m
 
 

@@ -56,11 +56,9 @@ def test_cocotb_regression(rtl_model, sim, top):
 @pytest.mark.parametrize("sim", SIMS)
 def test_build_is_reused(rtl_model, sim):
     first = rtl_model(sim, "standin")
-    start = time.monotonic()
     again = build(sim, first.config, top=_standin_top())
     assert not again.rebuilt
     assert again.build_dir == first.build_dir
-    assert time.monotonic() - start < 2
 
 
 def _standin_top():
