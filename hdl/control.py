@@ -99,7 +99,9 @@ class ControlUnit(wiring.Component):
         The compute unit is executing (WAIT with ``compute`` and RET wait for it).
     part_limit : In(17)
         The number of offsets inside the executing slot's partition (the scratchpad's
-        ``query_limit``), for the operand check of compute micro-instructions.
+        ``query_limit``), for the operand check of compute micro-instructions. Used a
+        cycle late (registered); the tile refuses writes to a running kernel's
+        partition, so it does not change under a call.
     compute_fault : In(1)
     compute_fault_cause : In(FaultCause)
     compute_fault_addr : In(32)
@@ -297,11 +299,13 @@ class ControlUnit(wiring.Component):
         next_pc = self.plan_pc + 1
         next_upc = self.micro_pc + 1
 
-        def plan_goto(pc):
+        def plan_goto(pc, outside=None):
             # Targets are 24-bit operands: check them whole, before plan_pc truncates.
             target = Signal(25)
             m.d.comb += target.eq(pc)
-            with m.If(target >= cfg.plan_depth):
+            if outside is None:
+                outside = target >= cfg.plan_depth
+            with m.If(outside):
                 raise_fault(FaultCause.PLAN_RANGE, target)
             with m.Else():
                 m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
@@ -315,6 +319,41 @@ class ControlUnit(wiring.Component):
         # state are one override at the end instead of a check in every state.
         state = Signal(_State)
 
+        # -- plan predecode: the fetch cycle works out where the instruction goes -----
+        # (from the word out of the store), so that executing it starts from
+        # registers. The flags and index registers it reads do not change between
+        # the two cycles: only the compute unit writes them, and it is idle between
+        # kernel calls.
+        fetched = PlanInstr(self.plan_rd_data)
+        fetched_where = Signal(16)
+        fetched_taken = Signal()
+        fetched_target = Signal(25)
+        m.d.comb += [
+            fetched_where.eq(self.index[fetched.sel[:2]]),
+            fetched_taken.eq(self.flags.bit_select(fetched.sel[:3], 1) == fetched.cond[0]),
+            fetched_target.eq(next_pc),
+        ]
+        with m.Switch(fetched.op):
+            with m.Case(PlanOp.JUMP):
+                m.d.comb += fetched_target.eq(fetched.a)
+            with m.Case(PlanOp.BRANCH):
+                m.d.comb += fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc))
+            with m.Case(PlanOp.SWITCH):
+                m.d.comb += fetched_target.eq(fetched.a + fetched_where)
+        where = Signal(16)          # SWITCH: the index register
+        where_outside = Signal()    # ... not below the table's length
+        taken = Signal()            # BRANCH: the flag has the value that takes it
+        goto = Signal(25)           # the plan PC the instruction goes to
+        goto_outside = Signal()     # ... outside the plan bank
+        with m.If(state == _State.PLAN_FETCH):
+            m.d.sync += [
+                where.eq(fetched_where),
+                where_outside.eq(fetched_where >= fetched.b),
+                taken.eq(fetched_taken),
+                goto.eq(fetched_target),
+                goto_outside.eq(fetched_target >= cfg.plan_depth),
+            ]
+
         # -- the operand check of compute micro-instructions ------------------------------
         m.submodules.operand_check = check = OperandCheck(cfg)
         m.d.comb += [check.op.eq(micro.op), check.args.eq(micro.args)]
@@ -324,9 +363,13 @@ class ControlUnit(wiring.Component):
         check_ends = Signal.like(check.ends)
         with m.If(state != _State.MICRO_EXEC):
             m.d.sync += checked.eq(0)
+        # The slot's partition extent, registered: CALL sets the partition two cycles
+        # before the first check that uses it (MICRO_FETCH, then the check cycle).
+        part_limit = Signal.like(self.part_limit)
+        m.d.sync += part_limit.eq(self.part_limit)
         outside = Signal(len(check_used))
         outside_end = Signal(32)    # the end of the first operand outside the partition
-        m.d.comb += outside.eq(Cat(check_used[i] & (check_ends[i] >= self.part_limit)
+        m.d.comb += outside.eq(Cat(check_used[i] & (check_ends[i] >= part_limit)
                                    for i in range(len(check_used))))
         for i in reversed(range(len(check_used))):
             with m.If(outside[i]):
@@ -367,32 +410,27 @@ class ControlUnit(wiring.Component):
                 with m.Else():
                     with m.Switch(plan.op):
                         with m.Case(PlanOp.NOP):
-                            plan_goto(next_pc)
+                            plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.MARK):
                             m.d.sync += self.mark.eq(plan.a)
-                            plan_goto(next_pc)
+                            plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.JUMP):
-                            plan_goto(plan.a)
+                            plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.BRANCH):
-                            taken = Signal()
-                            m.d.comb += taken.eq(self.flags.bit_select(plan.sel[:3], 1) ==
-                                                 plan.cond[0])
                             with m.If(plan.sel >= FLAGS):
                                 m.d.comb += illegal_plan.eq(1)
                             with m.Else():
                                 m.d.comb += [self.events.branch.eq(1),
                                              self.events.taken.eq(taken),
                                              self.events.flag.eq(plan.sel)]
-                                plan_goto(Mux(taken, plan.a, next_pc))
+                                plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.SWITCH):
-                            where = Signal(16)
-                            m.d.comb += where.eq(self.index[plan.sel[:2]])
                             with m.If(plan.sel >= INDEX_REGS):
                                 m.d.comb += illegal_plan.eq(1)
-                            with m.Elif(where >= plan.b):
+                            with m.Elif(where_outside):
                                 raise_fault(FaultCause.SWITCH_RANGE, where)
                             with m.Else():
-                                plan_goto(plan.a + where)
+                                plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.ASSUME):
                             with m.If((plan.sel >= FLAGS) | self.speculating):
                                 m.d.comb += illegal_plan.eq(1)
@@ -402,7 +440,7 @@ class ControlUnit(wiring.Component):
                                     guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
                                     self.miss_pc.eq(self.plan_pc),
                                 ]
-                                plan_goto(next_pc)
+                                plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.COMMIT):
                             with m.If(~self.speculating):
                                 m.d.comb += illegal_plan.eq(1)

@@ -117,7 +117,8 @@ class Scratchpad(wiring.Component):
     part_base : In(data.ArrayLayout(16, partitions))
         First scratchpad word of each partition (from the partition table CSRs).
     part_len : In(data.ArrayLayout(16, partitions))
-        Length of each partition in words.
+        Length of each partition in words. A change of ``part_base`` or ``part_len``
+        applies to accesses from the next cycle on (the extents are registered).
     query_part : In(4)
     query_limit : Out(17)
         Combinational: the number of offsets inside partition ``query_part`` (an
@@ -175,25 +176,35 @@ class Scratchpad(wiring.Component):
     def config(self):
         return self._config
 
-    def _limit(self, m, name, part):
-        """The number of offsets inside partition ``part``: the one definition of a
-        partition's extent, for the ports and for ``query_limit``."""
+    def _limits(self, m):
+        """The number of offsets inside each partition: the one definition of a
+        partition's extent, for the ports and for ``query_limit``. Registered, so that
+        an access checks its offset against a flip-flop rather than against this
+        arithmetic: a change of the table takes effect the cycle after."""
         cfg = self._config
-        base = self.part_base[part]
-        length = self.part_len[part]
-        room = Signal(17, name=f"{name}_room")      # words from base to the end
+        limits = []
+        for p in range(cfg.partitions):
+            base, length = self.part_base[p], self.part_len[p]
+            room = Signal(17, name=f"part{p}_room")      # words from base to the end
+            limit = Signal(17, name=f"part{p}_limit")
+            m.d.comb += room.eq(Mux(base < cfg.spad_words, cfg.spad_words - base, 0))
+            m.d.sync += limit.eq(Mux(length < room, length, room))
+            limits.append(limit)
+        return Array(limits)
+
+    def _limit(self, m, name, limits, part):
+        """The number of offsets inside partition ``part`` (0 if there is none)."""
         limit = Signal(17, name=f"{name}_limit")
-        m.d.comb += room.eq(Mux(base < cfg.spad_words, cfg.spad_words - base, 0))
-        with m.If(part < cfg.partitions):
-            m.d.comb += limit.eq(Mux(length < room, length, room))
+        with m.If(part < self._config.partitions):
+            m.d.comb += limit.eq(limits[part])
         return limit
 
-    def _decode(self, m, name, port):
+    def _decode(self, m, name, port, limits):
         """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``."""
         cfg = self._config
         word = Signal(17, name=f"{name}_word")
         m.d.comb += word.eq(self.part_base[port.part] + port.offset)
-        outside = port.offset >= self._limit(m, name, port.part)
+        outside = port.offset >= self._limit(m, name, limits, port.part)
         inside = Signal(name=f"{name}_inside")
         m.d.comb += [
             port.fault.eq(port.en & outside),
@@ -210,6 +221,7 @@ class Scratchpad(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
+        limits = self._limits(m)
 
         mems = []
         for b in range(cfg.spad_banks):
@@ -225,7 +237,7 @@ class Scratchpad(wiring.Component):
         reqs = []
         for name in self.PORTS:
             port = getattr(self, name)
-            inside, bank, row = self._decode(m, name, port)
+            inside, bank, row = self._decode(m, name, port, limits)
             rd = Signal(name=f"{name}_rd")
             wr = Signal(name=f"{name}_wr")
             m.d.comb += [rd.eq(inside & ~port.we), wr.eq(inside & port.we)]
@@ -271,7 +283,7 @@ class Scratchpad(wiring.Component):
             m.d.comb += req.port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
 
         m.d.comb += [
-            self.query_limit.eq(self._limit(m, "query", self.query_part)),
+            self.query_limit.eq(self._limit(m, "query", limits, self.query_part)),
             self.bank_reads.eq(Cat(rp.en for _, rp in mems)),
             self.bank_writes.eq(Cat(wp.en for wp, _ in mems)),
             self.conflicts.eq(sum(stalls)),

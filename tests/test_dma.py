@@ -81,6 +81,7 @@ async def set_partitions(ctx, h, table):
     for i in range(CFG.partitions):
         ctx.set(h.spad.part_base[i], bases[i])
         ctx.set(h.spad.part_len[i], lens[i])
+    await ctx.tick()            # the scratchpad's extents are registered
 
 
 class Interferer:

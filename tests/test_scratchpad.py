@@ -21,10 +21,12 @@ def run(dut, bench):
     sim.run()
 
 
-def set_table(ctx, dut, table):
+async def set_table(ctx, dut, table):
+    """Write the partition table; it applies from the next cycle on."""
     for i, (base, length) in enumerate(table):
         ctx.set(dut.part_base[i], base)
         ctx.set(dut.part_len[i], length)
+    await ctx.tick()
 
 
 async def access(ctx, dut, part, offset, data=None):
@@ -69,7 +71,7 @@ def test_round_trip_and_interleaving(config):
 
     async def bench(ctx):
         # One partition over the whole scratchpad, one over its second half.
-        set_table(ctx, dut, [(0, words), (words // 2, words - words // 2)])
+        await set_table(ctx, dut, [(0, words), (words // 2, words - words // 2)])
         model = [rng.getrandbits(config.word_bits) for _ in range(words)]
         banks = config.spad_banks
         for w, v in enumerate(model):
@@ -91,7 +93,7 @@ def test_bank_mapping():
     banks = [getattr(top.submodules, f"bank{b}") for b in range(CFG.spad_banks)]
 
     async def bench(ctx):
-        set_table(ctx, dut, [(8, CFG.spad_words - 8)])
+        await set_table(ctx, dut, [(8, CFG.spad_words - 8)])
         for off in range(CFG.spad_words - 8):
             await access(ctx, dut, 0, off, 1000 + off)
         for w in range(8, CFG.spad_words):
@@ -106,7 +108,7 @@ def test_partition_faults():
     async def bench(ctx):
         # Partition 0: words 0..15; 1: 16..39; 2: 40..63 but claims 40 words (past the
         # end of the scratchpad); 3: empty.
-        set_table(ctx, dut, [(0, 16), (16, 24), (40, 40), (0, 0)])
+        await set_table(ctx, dut, [(0, 16), (16, 24), (40, 40), (0, 0)])
         for w in range(CFG.spad_words):
             await access(ctx, dut, 0 if w < 16 else 1 if w < 40 else 2,
                          w if w < 16 else w - 16 if w < 40 else w - 40, w)
@@ -125,7 +127,7 @@ def test_partition_faults():
                 fault, pulses, _ = await access(ctx, dut, part, off, data)
                 assert (fault, pulses) == (1, (0, 0)), (part, off, data)
         # Nothing was written: every word still holds its index.
-        set_table(ctx, dut, [(0, 64)])
+        await set_table(ctx, dut, [(0, 64)])
         for w in range(CFG.spad_words):
             assert (await access(ctx, dut, 0, w))[2] == w
         # No fault without en.
@@ -141,7 +143,7 @@ def test_query_limit_is_the_partition_extent():
     dut = Scratchpad(CFG)
 
     async def bench(ctx):
-        set_table(ctx, dut, [(0, 16), (16, 24), (40, 40), (0, 0)])
+        await set_table(ctx, dut, [(0, 16), (16, 24), (40, 40), (0, 0)])
         for part, limit in [(0, 16), (1, 24), (2, 24), (3, 0), (4, 0), (15, 0)]:
             ctx.set(dut.query_part, part)
             assert ctx.get(dut.query_limit) == limit, part
@@ -149,7 +151,7 @@ def test_query_limit_is_the_partition_extent():
                 if offset >= 0:
                     assert (await access(ctx, dut, part, offset))[0] == faults, \
                         (part, offset)
-        set_table(ctx, dut, [(64, 5), (70, 1)])             # bases past the end
+        await set_table(ctx, dut, [(64, 5), (70, 1)])             # bases past the end
         for part in (0, 1):
             ctx.set(dut.query_part, part)
             assert ctx.get(dut.query_limit) == 0
@@ -161,7 +163,7 @@ def test_read_after_write_and_latency():
     dut = Scratchpad(CFG)
 
     async def bench(ctx):
-        set_table(ctx, dut, [(5, 20)])
+        await set_table(ctx, dut, [(5, 20)])
         port = dut.dma
         # Back to back: write 3, read 3, write 4, read 4 in consecutive cycles.
         for off, v in ((3, 111), (4, 222)):
@@ -219,7 +221,7 @@ def test_same_bank_priority_and_retry():
     a, b, w, dma = (getattr(dut, name) for name in Scratchpad.PORTS)
 
     async def bench(ctx):
-        set_table(ctx, dut, [(0, CFG.spad_words)])
+        await set_table(ctx, dut, [(0, CFG.spad_words)])
         await fill(ctx, dut, [100 + i for i in range(CFG.spad_words)])
         # Four reads of bank 1 in one cycle: one is performed per cycle, in priority
         # order; the others stall and present their access again.
@@ -280,7 +282,7 @@ def test_different_banks_and_rdata_routing():
     a, b, w, dma = (getattr(dut, name) for name in Scratchpad.PORTS)
 
     async def bench(ctx):
-        set_table(ctx, dut, [(0, CFG.spad_words)])
+        await set_table(ctx, dut, [(0, CFG.spad_words)])
         await fill(ctx, dut, [100 + i for i in range(CFG.spad_words)])
         # Four ports, four banks: all performed in the same cycle.
         present(ctx, a, 0, 0)
@@ -323,7 +325,7 @@ def test_fault_beats_stall():
 
     async def bench(ctx):
         # Partition 1 is words 0..7.
-        set_table(ctx, dut, [(0, CFG.spad_words), (0, 8)])
+        await set_table(ctx, dut, [(0, CFG.spad_words), (0, 8)])
         await fill(ctx, dut, [100 + i for i in range(CFG.spad_words)])
         # dma's access is outside its partition and would also lose bank 0 to a
         # (or w): it faults, it does not stall.
@@ -366,7 +368,7 @@ def test_random_arbitration(config):
     rng = random.Random(11)
 
     async def bench(ctx):
-        set_table(ctx, dut, table)
+        await set_table(ctx, dut, table)
         model = [rng.getrandbits(config.word_bits) for _ in range(words)]
         await fill(ctx, dut, model)
         total_conflicts = 0
