@@ -298,13 +298,16 @@ class ControlUnit(wiring.Component):
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
         next_upc = self.micro_pc + 1
+        # Whether next_pc is past the bank, registered: RET and PUBLISH go there, and
+        # plan_pc has held still since the fetch of their CALL / COMMIT.
+        next_outside = Signal()
+        m.d.sync += next_outside.eq(next_pc >= cfg.plan_depth)
 
-        def plan_goto(pc, outside=None):
-            # Targets are 24-bit operands: check them whole, before plan_pc truncates.
+        def plan_goto(pc, outside):
+            # `outside`: pc is past the bank, worked out a cycle ahead. Targets are
+            # 24-bit operands, checked whole before plan_pc truncates them.
             target = Signal(25)
             m.d.comb += target.eq(pc)
-            if outside is None:
-                outside = target >= cfg.plan_depth
             with m.If(outside):
                 raise_fault(FaultCause.PLAN_RANGE, target)
             with m.Else():
@@ -489,7 +492,7 @@ class ControlUnit(wiring.Component):
             with m.Case(_State.PUBLISH):
                 # The COMMIT retires once its stores are in GMEM.
                 with m.If(~self.staging_draining):
-                    plan_goto(next_pc)
+                    plan_goto(next_pc, next_outside)
 
             with m.Case(_State.MICRO_FETCH):
                 m.d.sync += micro_ir.eq(self.kern_rd_data)
@@ -583,7 +586,7 @@ class ControlUnit(wiring.Component):
                                 self.events.call_done.eq(1),
                                 self.trace_push.eq(1),
                             ]
-                            plan_goto(next_pc)
+                            plan_goto(next_pc, next_outside)
                     with m.Default():
                         raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
 

@@ -423,8 +423,9 @@ class VectorAlu(wiring.Component):
       last word.
 
     Pipeline (``LATENCY`` = 8): input registers; operand preparation and the
-    reductions (VPOOL sums and maxima, VCMP maximum, VARGMAX best lane or word,
-    VCLAMP); partial products (VCMP's comparison, VARGMAX's test); their sum; shift and
+    reductions (VPOOL sums and maxima, VCMP maximum and VARGMAX best lane of the
+    word, VCLAMP); partial products, and the merge of VCMP's and VARGMAX's word with
+    the best so far and their comparison and test; the products' sum; shift and
     sticky; rounding and zero point; clamp; output register. VADD is
     ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL
     average is ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers.
@@ -446,7 +447,8 @@ class VectorAlu(wiring.Component):
     busy : Out(1)
         Words are in flight: high from the cycle after a word is presented until the
         cycle before its result is on ``o`` (one cycle for a word that does not end a
-        reduction, so it may be low between the words of a reduction).
+        reduction, two for VCMP and VARGMAX, so it may be low between the words of a
+        reduction).
 
     Raises
     ------
@@ -494,8 +496,6 @@ class VectorAlu(wiring.Component):
         opa = Signal(data.ArrayLayout(signed(16), lanes), name="s2_opa")   # x MULT_A
         opb = Signal(data.ArrayLayout(signed(9), lanes), name="s2_opb")    # x MULT_B
         word = Signal(data.ArrayLayout(signed(8), lanes), name="s2_word")  # unscaled results
-        value = Signal(signed(8), name="s2_value")                         # VCMP operand
-        index = Signal(16, name="s2_index")                                # VARGMAX result
 
         a = [s1.a[j] for j in range(lanes)]
         zp_a = s1_regs.zp_a
@@ -527,10 +527,27 @@ class VectorAlu(wiring.Component):
         masked = [Mux(s1.last & (j > s1.lane), -128, a[j]) for j in range(lanes)]
         word_max, word_arg = _argmax(m, masked, "word")
         lane_value = _wire(m, Array(a)[s1.lane], "lane_value")   # VCMP, VARGMAX column
+
+        # The merge with the best so far comes a stage after the word's own maximum
+        # (the m2 registers are stage 2's): both in one cycle were the longest path
+        # of the tile. The merge shares stage 3 with VCMP's comparison and VARGMAX's
+        # test, so LATENCY does not change.
+        m2_max = _register(m, word_max, "m2_word_max")
+        m2_arg = _register(m, word_arg, "m2_word_arg")
+        m2_lane = _register(m, lane_value, "m2_lane_value")
+        m2_first = _register(m, s1.first, "m2_first")
+        m2_reduce = _register(m, s1.reduce, "m2_reduce")
+        m2_column = _register(m, s1.column, "m2_column")
+        m2_vcmp = Signal(name="m2_vcmp")
+        m2_vargmax = Signal(name="m2_vargmax")
+        m.d.sync += [m2_vcmp.eq(s1_valid & (op == VectorOp.VCMP)),
+                     m2_vargmax.eq(s1_valid & (op == VectorOp.VARGMAX))]
+
         cmp_max = Signal(signed(8), name="cmp_max")
-        cmp_value = _wire(m, Mux(s1.reduce, word_max, lane_value), "cmp_value")
-        cmp_merged = Mux(s1.first, cmp_value, _max(m, cmp_max, cmp_value, "cmp_merged_max"))
-        with m.If(s1_valid & (op == VectorOp.VCMP)):
+        cmp_value = _wire(m, Mux(m2_reduce, m2_max, m2_lane), "cmp_value")
+        cmp_merged = _wire(m, Mux(m2_first, cmp_value,
+                                  _max(m, cmp_max, cmp_value, "cmp_merged_max")), "cmp_merged")
+        with m.If(m2_vcmp):
             m.d.sync += cmp_max.eq(cmp_merged)
 
         # VARGMAX: each word's candidate (its best lane, or with `column` its lane
@@ -540,13 +557,13 @@ class VectorAlu(wiring.Component):
         word_no = Signal(16, name="argmax_word")               # words since `first`
         best_value = Signal(signed(8), name="argmax_value")
         best_index = Signal(16, name="argmax_index")
-        this_word = _wire(m, Mux(s1.first, 0, word_no), "argmax_this_word")
-        packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
-        this_value = _wire(m, Mux(s1.column, lane_value, word_max), "argmax_this_value")
-        this_index = _wire(m, Mux(s1.column, this_word, packed_index), "argmax_this_index")
-        take = _wire(m, s1.first | (this_value > best_value), "argmax_take")
+        this_word = _wire(m, Mux(m2_first, 0, word_no), "argmax_this_word")
+        packed_index = Cat(m2_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
+        this_value = _wire(m, Mux(m2_column, m2_lane, m2_max), "argmax_this_value")
+        this_index = _wire(m, Mux(m2_column, this_word, packed_index), "argmax_this_index")
+        take = _wire(m, m2_first | (this_value > best_value), "argmax_take")
         arg_index = _wire(m, Mux(take, this_index, best_index), "argmax_new_index")
-        with m.If(s1_valid & (op == VectorOp.VARGMAX)):
+        with m.If(m2_vargmax):
             m.d.sync += [
                 word_no.eq(this_word + 1),
                 best_value.eq(Mux(take, this_value, best_value)),
@@ -572,10 +589,6 @@ class VectorAlu(wiring.Component):
                 for j in range(lanes):
                     floor = Mux(a[j] < s1.lo, s1.lo, a[j])
                     m.d.sync += word[j].eq(Mux(floor > s1.hi, s1.hi, floor))
-            with m.Case(VectorOp.VCMP):
-                m.d.sync += value.eq(cmp_merged)
-            with m.Case(VectorOp.VARGMAX):
-                m.d.sync += index.eq(arg_index)
 
         s2_op = _register(m, op, "s2_op")
         s2_pairs = _register(m, s1.pairs, "s2_pairs")
@@ -594,21 +607,20 @@ class VectorAlu(wiring.Component):
         scaled, saturated = _round_clamp(m, prods, s4_regs.shift, s4_regs.zp_out,
                                          s4_regs.lo, s4_regs.hi, "rq")
 
-        # Stage 3: VCMP's comparison and VARGMAX's test (their operands are ready at
-        # stage 2).
+        # Stage 3: VCMP's comparison and VARGMAX's test, on what the merge makes.
         flag = Signal(name="s3_flag")
         with m.If(s2_op == VectorOp.VARGMAX):
-            m.d.sync += flag.eq(index == s2_expect)
+            m.d.sync += flag.eq(arg_index == s2_expect)
         with m.Else():
             with m.Switch(s2_cmp):
                 with m.Case(CmpOp.GE):
-                    m.d.sync += flag.eq(value >= s2_imm)
+                    m.d.sync += flag.eq(cmp_merged >= s2_imm)
                 with m.Case(CmpOp.GT):
-                    m.d.sync += flag.eq(value > s2_imm)
+                    m.d.sync += flag.eq(cmp_merged > s2_imm)
                 with m.Case(CmpOp.LT):
-                    m.d.sync += flag.eq(value < s2_imm)
+                    m.d.sync += flag.eq(cmp_merged < s2_imm)
                 with m.Case(CmpOp.EQ):
-                    m.d.sync += flag.eq(value == s2_imm)
+                    m.d.sync += flag.eq(cmp_merged == s2_imm)
 
         # Stage 8: output register; pairs leave the upper half of the lanes 0.
         valid = [s2_valid]                      # valid[k]: stage 2 + k
@@ -620,7 +632,7 @@ class VectorAlu(wiring.Component):
         s7_pairs = _delay(m, s2_pairs, 5, "pairs")
         s7_word = _delay(m, word, 5, "word")
         s7_flag = _delay(m, flag, 4, "flag")
-        s7_index = _delay(m, index, 5, "index")
+        s7_index = _delay(m, arg_index, 5, "index")
         s7_upper = Signal(name="s7_upper")      # the upper lanes are 0 (VPOOL pairs)
         m.d.comb += s7_upper.eq((s7_op == VectorOp.VPOOL) & s7_pairs)
 
@@ -640,6 +652,7 @@ class VectorAlu(wiring.Component):
         ]
 
         # Every accepted word, reductions included, passes stage 1 and sets `busy`;
-        # stages 2..7 carry only words that produce a result.
-        m.d.comb += self.busy.eq(Cat(s1_valid, *valid).any())
+        # a VCMP or VARGMAX word is merged at stage 2; stages 2..7 carry only words
+        # that produce a result.
+        m.d.comb += self.busy.eq(Cat(s1_valid, m2_vcmp, m2_vargmax, *valid).any())
         return m
