@@ -138,6 +138,38 @@ def test_partition_faults():
     run(dut, bench)
 
 
+def test_abort_cancels_the_cycles_accesses():
+    """With `abort` no access is performed (the units are being aborted); the ports'
+    fault and stall are as without it."""
+    dut = Scratchpad(CFG)
+
+    async def bench(ctx):
+        await set_table(ctx, dut, [(0, 16)])
+        await access(ctx, dut, 0, 5, 0x55)
+        ctx.set(dut.abort, 1)
+        assert (await access(ctx, dut, 0, 5, 0xAA))[:2] == (0, (0, 0))     # no write
+        assert (await access(ctx, dut, 0, 5))[:2] == (0, (0, 0))           # no read
+        assert (await access(ctx, dut, 0, 16, 0xAA))[0] == 1               # still faults
+        # `w` writes offset 1, in the bank of offset 5: the DMA port's write to 5 is
+        # told to stall, as without abort, and neither write is performed.
+        for port, offset in ((dut.w, 1), (dut.dma, 5)):
+            ctx.set(port.part, 0)
+            ctx.set(port.offset, offset)
+            ctx.set(port.we, 1)
+            ctx.set(port.wdata, 0xAA)
+            ctx.set(port.en, 1)
+        assert ctx.get(dut.dma.stall) and not ctx.get(dut.w.stall)
+        assert (ctx.get(dut.bank_reads), ctx.get(dut.bank_writes)) == (0, 0)
+        await ctx.tick()
+        ctx.set(dut.w.en, 0)
+        ctx.set(dut.dma.en, 0)
+        ctx.set(dut.abort, 0)
+        assert (await access(ctx, dut, 0, 5))[1:] == ((1 << 5 % 4, 0), 0x55)
+        assert (await access(ctx, dut, 0, 1))[2] == 0
+
+    run(dut, bench)
+
+
 def test_query_limit_is_the_partition_extent():
     """``query_limit`` is the first offset that faults, for every table shape above."""
     dut = Scratchpad(CFG)
