@@ -117,8 +117,11 @@ class Scratchpad(wiring.Component):
     part_base : In(data.ArrayLayout(16, partitions))
         First scratchpad word of each partition (from the partition table CSRs).
     part_len : In(data.ArrayLayout(16, partitions))
-        Length of each partition in words. A change of ``part_base`` or ``part_len``
-        applies to accesses from the next cycle on (the extents are registered).
+        Length of each partition in words. The checks use each partition's extent
+        registered: a change of ``part_base`` or ``part_len`` moves the check the
+        cycle after it (the address at once), so the table must hold still under an
+        access stream into the partition (the tile refuses such writes while a
+        kernel runs in it).
     query_part : In(4)
     query_limit : Out(17)
         Combinational: the number of offsets inside partition ``query_part`` (an
