@@ -331,18 +331,54 @@ class ControlUnit(wiring.Component):
         fetched_where = Signal(16)
         fetched_taken = Signal()
         fetched_target = Signal(25)
+        fetched_outside = Signal()
+        # Each candidate target is compared with the bank's depth side by side, and
+        # the comparisons are selected with the targets (rather than the selected
+        # target compared after the selection: one path less through the fetch).
+        switch_target = Signal(25)
         m.d.comb += [
             fetched_where.eq(self.index[fetched.sel[:2]]),
             fetched_taken.eq(self.flags.bit_select(fetched.sel[:3], 1) == fetched.cond[0]),
+            switch_target.eq(fetched.a + fetched_where),
             fetched_target.eq(next_pc),
+            fetched_outside.eq(next_pc >= cfg.plan_depth),
         ]
+        jump_outside = fetched.a >= cfg.plan_depth
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
-                m.d.comb += fetched_target.eq(fetched.a)
+                m.d.comb += [fetched_target.eq(fetched.a), fetched_outside.eq(jump_outside)]
             with m.Case(PlanOp.BRANCH):
-                m.d.comb += fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc))
+                with m.If(fetched_taken):
+                    m.d.comb += [fetched_target.eq(fetched.a),
+                                 fetched_outside.eq(jump_outside)]
             with m.Case(PlanOp.SWITCH):
-                m.d.comb += fetched_target.eq(fetched.a + fetched_where)
+                m.d.comb += [fetched_target.eq(switch_target),
+                             fetched_outside.eq(switch_target >= cfg.plan_depth)]
+        # Whether the instruction is illegal: an operand out of its range, or ASSUME,
+        # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
+        # change between the fetch and the execution either: only a miss changes it
+        # outside PLAN_EXEC, and a miss fetches again.)
+        fetched_illegal = Signal()
+        with m.Switch(fetched.op):
+            with m.Case(PlanOp.NOP, PlanOp.MARK, PlanOp.JUMP, PlanOp.CALL):
+                m.d.comb += fetched_illegal.eq(0)
+            with m.Case(PlanOp.BRANCH):
+                m.d.comb += fetched_illegal.eq(fetched.sel >= FLAGS)
+            with m.Case(PlanOp.SWITCH):
+                m.d.comb += fetched_illegal.eq(fetched.sel >= INDEX_REGS)
+            with m.Case(PlanOp.ASSUME):
+                m.d.comb += fetched_illegal.eq((fetched.sel >= FLAGS) | self.speculating)
+            with m.Case(PlanOp.COMMIT):
+                m.d.comb += fetched_illegal.eq(~self.speculating)
+            with m.Case(PlanOp.DONE):
+                m.d.comb += fetched_illegal.eq(self.speculating)
+            with m.Default():
+                m.d.comb += fetched_illegal.eq(1)
+        # Only BRANCH and ASSUME use cond, and only its bit 0.
+        cond_illegal = (fetched.cond[1:] != 0) | (
+            (fetched.cond != 0) & (fetched.op != PlanOp.BRANCH) & (fetched.op != PlanOp.ASSUME))
+
+        illegal_plan = Signal()     # the instruction is illegal (ILLEGAL_PLAN)
         where = Signal(16)          # SWITCH: the index register
         where_outside = Signal()    # ... not below the table's length
         taken = Signal()            # BRANCH: the flag has the value that takes it
@@ -350,16 +386,20 @@ class ControlUnit(wiring.Component):
         goto_outside = Signal()     # ... outside the plan bank
         with m.If(state == _State.PLAN_FETCH):
             m.d.sync += [
+                illegal_plan.eq(fetched_illegal | cond_illegal),
                 where.eq(fetched_where),
                 where_outside.eq(fetched_where >= fetched.b),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
-                goto_outside.eq(fetched_target >= cfg.plan_depth),
+                goto_outside.eq(fetched_outside),
             ]
 
         # -- the operand check of compute micro-instructions ------------------------------
+        # It takes the word the kernel store reads out, the one MICRO_FETCH registers,
+        # and answers in the cycle after: MICRO_EXEC's first, which registers it.
         m.submodules.operand_check = check = OperandCheck(cfg)
-        m.d.comb += [check.op.eq(micro.op), check.args.eq(micro.args)]
+        fetched_micro = MicroInstr(self.kern_rd_data)
+        m.d.comb += [check.op.eq(fetched_micro.op), check.args.eq(fetched_micro.args)]
         checked = Signal()          # the instruction in MICRO_EXEC has been checked
         check_illegal = Signal()
         check_used = Signal.like(check.used)
@@ -403,13 +443,8 @@ class ControlUnit(wiring.Component):
                     m.d.sync += state.eq(_State.PLAN_EXEC)
 
             with m.Case(_State.PLAN_EXEC):
-                illegal_plan = Signal()
-                # Only BRANCH and ASSUME use cond, and only its bit 0.
-                with m.If(plan.cond[1:] != 0):
-                    m.d.comb += illegal_plan.eq(1)
-                with m.Elif((plan.cond != 0) & (plan.op != PlanOp.BRANCH) &
-                            (plan.op != PlanOp.ASSUME)):
-                    m.d.comb += illegal_plan.eq(1)
+                with m.If(illegal_plan):
+                    raise_fault(FaultCause.ILLEGAL_PLAN, plan_ir[:32])
                 with m.Else():
                     with m.Switch(plan.op):
                         with m.Case(PlanOp.NOP):
@@ -420,34 +455,24 @@ class ControlUnit(wiring.Component):
                         with m.Case(PlanOp.JUMP):
                             plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.BRANCH):
-                            with m.If(plan.sel >= FLAGS):
-                                m.d.comb += illegal_plan.eq(1)
-                            with m.Else():
-                                m.d.comb += [self.events.branch.eq(1),
-                                             self.events.taken.eq(taken),
-                                             self.events.flag.eq(plan.sel)]
-                                plan_goto(goto, goto_outside)
+                            m.d.comb += [self.events.branch.eq(1),
+                                         self.events.taken.eq(taken),
+                                         self.events.flag.eq(plan.sel)]
+                            plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.SWITCH):
-                            with m.If(plan.sel >= INDEX_REGS):
-                                m.d.comb += illegal_plan.eq(1)
-                            with m.Elif(where_outside):
+                            with m.If(where_outside):
                                 raise_fault(FaultCause.SWITCH_RANGE, where)
                             with m.Else():
                                 plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.ASSUME):
-                            with m.If((plan.sel >= FLAGS) | self.speculating):
-                                m.d.comb += illegal_plan.eq(1)
-                            with m.Else():
-                                m.d.sync += [
-                                    self.speculating.eq(1), guard_flag.eq(plan.sel),
-                                    guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
-                                    self.miss_pc.eq(self.plan_pc),
-                                ]
-                                plan_goto(goto, goto_outside)
+                            m.d.sync += [
+                                self.speculating.eq(1), guard_flag.eq(plan.sel),
+                                guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
+                                self.miss_pc.eq(self.plan_pc),
+                            ]
+                            plan_goto(goto, goto_outside)
                         with m.Case(PlanOp.COMMIT):
-                            with m.If(~self.speculating):
-                                m.d.comb += illegal_plan.eq(1)
-                            with m.Elif(self.flags.bit_select(guard_flag, 1) != guard_value):
+                            with m.If(self.flags.bit_select(guard_flag, 1) != guard_value):
                                 m.d.comb += miss.eq(1)
                             with m.Else():
                                 m.d.comb += [self.staging_publish.eq(1),
@@ -455,15 +480,12 @@ class ControlUnit(wiring.Component):
                                 m.d.sync += [self.speculating.eq(0),
                                              state.eq(_State.PUBLISH)]
                         with m.Case(PlanOp.DONE):
-                            with m.If(self.speculating):
-                                m.d.comb += illegal_plan.eq(1)
-                            with m.Else():
-                                m.d.sync += [self.running.eq(0), self.done.eq(1),
-                                             state.eq(_State.IDLE)]
-                                m.d.comb += [self.events.plan_retired.eq(1),
-                                             self.events.inference.eq(1)]
-                                with m.If(self.swap_pending | self.swap):
-                                    m.d.comb += take_swap.eq(1)
+                            m.d.sync += [self.running.eq(0), self.done.eq(1),
+                                         state.eq(_State.IDLE)]
+                            m.d.comb += [self.events.plan_retired.eq(1),
+                                         self.events.inference.eq(1)]
+                            with m.If(self.swap_pending | self.swap):
+                                m.d.comb += take_swap.eq(1)
                         with m.Case(PlanOp.CALL):
                             slot_ok = Signal()
                             m.d.comb += slot_ok.eq((plan.sel < cfg.kernel_slots) &
@@ -484,10 +506,6 @@ class ControlUnit(wiring.Component):
                                     call_mac_busy.eq(0), call_vec_busy.eq(0),
                                     state.eq(_State.MICRO_FETCH),
                                 ]
-                        with m.Default():
-                            m.d.comb += illegal_plan.eq(1)
-                with m.If(illegal_plan):
-                    raise_fault(FaultCause.ILLEGAL_PLAN, plan_ir[:32])
 
             with m.Case(_State.PUBLISH):
                 # The COMMIT retires once its stores are in GMEM.

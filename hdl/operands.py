@@ -22,12 +22,21 @@ _END_BITS = 32   # a_addr + (k - 1) * a_stride < 2**32 for 16-bit fields
 
 
 class OperandCheck(wiring.Component):
-    """Combinational: legality and operand ends of one compute micro-instruction.
+    """Legality and operand ends of one compute micro-instruction, a cycle later.
 
     The ends are those of :func:`fusetile.kernels.operands.operand_ends`, in the same
     order; ``used`` marks which of the ``MAX_OPERANDS`` entries an instruction has
     (none for a no-op or VCFG). Two multipliers are shared between the instructions
     with strided operands (MATMUL's two operands, VPOOL's input, REQUANT's output).
+
+    Two stages, so that the control unit can give it the word its kernel store reads
+    out and have the answer in the cycle after, the first cycle the instruction
+    executes (from the instruction register, the multiply and the adds after it were
+    one of the tile's longest paths). The first stage registers what each operand
+    needs, straight from the word: its base, and either a small extra (``n - 1``, a
+    parameter block's last word) or which of the two products it adds (with the
+    counts and strides they multiply) and whether the instruction is illegal. The
+    second multiplies and adds, combinationally from those registers.
 
     Parameters
     ----------
@@ -40,13 +49,14 @@ class OperandCheck(wiring.Component):
     args : In(MicroArgs)
         The micro-instruction.
     illegal : Out(1)
-        An operand is out of its range (VPOOL ``window`` 0; VARGMAX ``n`` 0, ``lane``
-        >= ``word_bytes`` with ``column`` or not 0 without it, ``flag`` or ``expect``
-        not 0 without ``test``; VCFG of a register that does not exist); ``ends`` and
-        ``used`` are then meaningless.
+        An operand of the instruction of the previous cycle is out of its range
+        (VPOOL ``window`` 0; VARGMAX ``n`` 0, ``lane`` >= ``word_bytes`` with ``column``
+        or not 0 without it, ``flag`` or ``expect`` not 0 without ``test``; VCFG of a
+        register that does not exist); ``ends`` and ``used`` are then meaningless.
     used : Out(MAX_OPERANDS)
     ends : Out(ArrayLayout(32, MAX_OPERANDS))
-        The largest partition offset each operand touches.
+        The largest partition offset each operand of the instruction of the previous
+        cycle touches.
     """
 
     def __init__(self, config):
@@ -66,51 +76,62 @@ class OperandCheck(wiring.Component):
         cfg = self.config
         R, W = cfg.rows, cfg.word_bytes
         a = self.args
-        ends, used = self.ends, self.used
 
-        # The two shared multipliers: count x stride.
+        # Stage 1 (registers): the two multipliers' operands, count x stride, and per
+        # operand its base, its small extra and which products it adds.
         count = [Signal(16, name=f"count{i}") for i in range(2)]
         stride = [Signal(16, name=f"stride{i}") for i in range(2)]
-        product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
-        m.d.comb += [product[i].eq(count[i] * stride[i]) for i in range(2)]
+        base = [Signal(16, name=f"base{i}") for i in range(MAX_OPERANDS)]
+        extra = [Signal(16, name=f"extra{i}") for i in range(MAX_OPERANDS)]
+        adds = [Signal(2, name=f"adds{i}") for i in range(MAX_OPERANDS)]   # bit k: product k
+        used, illegal = Signal.like(self.used), Signal()
 
-        def spans(*pairs):
-            """Operand ends ``base + extra``, in order; marks them used."""
-            for i, (base, extra) in enumerate(pairs):
-                m.d.comb += ends[i].eq(base + extra)
-            m.d.comb += used.eq((1 << len(pairs)) - 1)
+        def spans(*operands):
+            """Operands, in order: (base, extra) or (base, products added); marks them
+            used."""
+            for i, (addr, plus) in enumerate(operands):
+                m.d.sync += base[i].eq(addr)
+                if isinstance(plus, _Products):
+                    m.d.sync += adds[i].eq(plus.mask)
+                else:
+                    m.d.sync += extra[i].eq(plus)
+            m.d.sync += used.eq((1 << len(operands)) - 1)
 
-        def nonzero(n, *pairs):
+        def nonzero(n, *operands):
             with m.If(n != 0):
-                spans(*pairs)
+                spans(*operands)
 
+        p0, p1, both = _Products(0b01), _Products(0b10), _Products(0b11)
+        # Every stage-1 register is written every cycle: the defaults, then the case.
+        m.d.sync += [illegal.eq(0), used.eq(0)]
+        m.d.sync += [r.eq(0) for r in (*count, *stride, *base, *extra, *adds)]
         with m.Switch(self.op):
             with m.Case(MicroOp.MATMUL):
                 mm = a.matmul
-                m.d.comb += [count[0].eq(mm.k - 1), stride[0].eq(mm.a_stride),
+                m.d.sync += [count[0].eq(mm.k - 1), stride[0].eq(mm.a_stride),
                              count[1].eq(mm.k - 1), stride[1].eq(mm.b_stride)]
-                nonzero(mm.k, (mm.a_addr, product[0]), (mm.b_addr, product[1]))
+                nonzero(mm.k, (mm.a_addr, p0), (mm.b_addr, p1))
             with m.Case(MicroOp.ACC_BIAS):
                 spans((a.acc_bias.addr, -(-4 * R // W) - 1))
             with m.Case(MicroOp.REQUANT):
                 rq = a.requant
-                m.d.comb += [count[0].eq(R - 1), stride[0].eq(rq.out_stride)]
+                m.d.sync += [count[0].eq(R - 1), stride[0].eq(rq.out_stride)]
                 with m.If(rq.per_channel):
-                    spans((rq.param_addr, -(-8 * R // W) - 1), (rq.out_addr, product[0]))
+                    spans((rq.param_addr, -(-8 * R // W) - 1), (rq.out_addr, p0))
                 with m.Else():
-                    spans((rq.out_addr, product[0]))
+                    spans((rq.out_addr, p0))
             with m.Case(MicroOp.VADD):
                 va = a.vadd
                 nonzero(va.n, (va.a_addr, va.n - 1), (va.b_addr, va.n - 1),
                         (va.out_addr, va.n - 1))
             with m.Case(MicroOp.VPOOL):
                 vp = a.vpool
-                m.d.comb += [
-                    self.illegal.eq(vp.window == 0),
+                m.d.sync += [
+                    illegal.eq(vp.window == 0),
                     count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
                     count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride),
                 ]
-                nonzero(vp.n, (vp.in_addr, product[0] + product[1]), (vp.out_addr, vp.n - 1))
+                nonzero(vp.n, (vp.in_addr, both), (vp.out_addr, vp.n - 1))
             with m.Case(MicroOp.VCLAMP):
                 vc = a.vclamp
                 nonzero(vc.n, (vc.in_addr, vc.n - 1), (vc.out_addr, vc.n - 1))
@@ -120,11 +141,27 @@ class OperandCheck(wiring.Component):
             with m.Case(MicroOp.VARGMAX):
                 va = a.vargmax
                 lane_bits = (W - 1).bit_length()
-                m.d.comb += self.illegal.eq(
+                m.d.sync += illegal.eq(
                     (va.n == 0) | Mux(va.column, va.lane >= W, va.lane != 0) |
                     (~va.test & ((va.flag != 0) | (va.expect != 0))))
                 spans((va.addr, Mux(va.column, va.n - 1, (va.n - 1) >> lane_bits)))
             with m.Case(MicroOp.VCFG):
-                m.d.comb += self.illegal.eq(a.vcfg.reg.as_value() >
-                                                 max(r.value for r in VectorCfg))
+                m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
+                                       max(r.value for r in VectorCfg))
+
+        # Stage 2 (combinational): the products and the ends. An operand adds its
+        # products or its extra, never both, so the two are ORed.
+        product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
+        m.d.comb += [product[i].eq(count[i] * stride[i]) for i in range(2)]
+        for i in range(MAX_OPERANDS):
+            added = Mux(adds[i][0], product[0], 0) + Mux(adds[i][1], product[1], 0)
+            m.d.comb += self.ends[i].eq(base[i] + (added[:_END_BITS] | extra[i]))
+        m.d.comb += [self.used.eq(used), self.illegal.eq(illegal)]
         return m
+
+
+class _Products:
+    """Which of the two products an operand's end adds (bit ``k``: product ``k``)."""
+
+    def __init__(self, mask):
+        self.mask = mask

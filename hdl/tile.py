@@ -84,7 +84,8 @@ class Tile(wiring.Component):
         m.submodules.compute = compute = ComputeUnit(cfg)
         m.submodules.trace = trace = TraceFifo(cfg.trace_depth)
         counter_names = [e.item.name for e in mm.counters()]
-        m.submodules.counters = counters = PerfCounters(counter_names, inc_width=16)
+        m.submodules.counters = counters = PerfCounters(counter_names, inc_width=16,
+                                                        immediate=["CYCLES"])
 
         # -- bus fabric -------------------------------------------------------------
         m.submodules.decoder = dec = wishbone.Decoder(addr_width=ADDR_WIDTH - 2)

@@ -22,6 +22,11 @@ class TraceFifo(wiring.Component):
     a non-incrementing burst of ``level * TRACE_WORDS`` reads drains the FIFO. A record
     pushed while the FIFO is full is dropped and counted: tracing never stalls the tile.
 
+    A pushed record is written the cycle after ``push`` (``push`` and ``record`` are
+    registered, so the control unit's decision to push and the FIFO's pointers are
+    separate paths); a ``clear`` in the cycle of the push drops it, as if the write
+    had been immediate.
+
     Parameters
     ----------
     depth : int
@@ -30,7 +35,7 @@ class TraceFifo(wiring.Component):
     Attributes
     ----------
     push : In(1)
-        Append ``record`` this cycle.
+        Append ``record`` (written in the next cycle).
     record : In(TraceRecord)
     read : In(1)
         The host read ``data`` this cycle: advance.
@@ -71,14 +76,18 @@ class TraceFifo(wiring.Component):
         count = Signal(range(self.depth + 1))
         word = Signal(range(TRACE_WORDS))
 
+        pushed = Signal()                                  # push and record, registered
+        pushed_record = Signal.like(self.record)
+        m.d.sync += [pushed.eq(self.push & ~self.clear), pushed_record.eq(self.record)]
+
         empty = count == 0
         full = count == self.depth
-        do_push = self.push & ~full
+        do_push = pushed & ~full
         pop = self.read & ~empty & (word == TRACE_WORDS - 1)
 
         m.d.comb += [
             wr.addr.eq(tail),
-            wr.data.eq(self.record.as_value()),
+            wr.data.eq(pushed_record.as_value()),
             wr.en.eq(do_push),
             # Read the record after the head when popping, so the next record's first
             # word is ready one cycle later.
@@ -100,6 +109,6 @@ class TraceFifo(wiring.Component):
                 m.d.sync += word.eq(word + 1)
                 with m.If(word == TRACE_WORDS - 1):
                     m.d.sync += word.eq(0)
-            with m.If(self.push & full & (self.dropped != 0xFFFF)):
+            with m.If(pushed & full & (self.dropped != 0xFFFF)):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
         return m

@@ -116,8 +116,9 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     and 1-bit registers.
     """
     zp_1 = _register(m, zp, f"{name}_zp")
-    lo_2 = _delay(m, lo, 2, f"{name}_lo")
-    hi_2 = _delay(m, hi, 2, f"{name}_hi")
+    lo_1, hi_1 = _register(m, lo, f"{name}_lo_d1"), _register(m, hi, f"{name}_hi_d1")
+    lo_2, hi_2 = _register(m, lo_1, f"{name}_lo_d2"), _register(m, hi_1, f"{name}_hi_d2")
+    inverted = _register(m, lo_1 > hi_1, f"{name}_inverted")     # lo_2 > hi_2
     mask = Signal(32, name=f"{name}_mask")     # the bits of p >> 30 below t[0]
     m.d.comb += mask.eq((Const(1, 1) << shift) - 1)
     values, saturated = [], []
@@ -134,13 +135,17 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
         ]
         y = Signal(signed(36), name=f"{name}{lane}_y")
         m.d.sync += y.eq((t >> 1) + zp_1 + (t[0] & (sticky | t[1])))
-        floor = _wire(m, Mux(y < lo_2, lo_2, y), f"{name}{lane}_floor")
-        clamped = _wire(m, Mux(floor > hi_2, hi_2, floor), f"{name}{lane}_clamped")
+        # min(max(y, lo), hi) from three comparisons side by side rather than two
+        # chained through a multiplexer (which made this stage one of the tile's
+        # longest paths): below lo, it is lo, or hi if lo > hi; above hi, it is hi.
+        below = _wire(m, y < lo_2, f"{name}{lane}_below")
+        above = _wire(m, y > hi_2, f"{name}{lane}_above")
+        to_hi = _wire(m, Mux(below, inverted, above), f"{name}{lane}_to_hi")
         value = Signal(signed(8), name=f"{name}{lane}_value")
-        sat = Signal(name=f"{name}{lane}_sat")
+        sat = Signal(name=f"{name}{lane}_sat")       # the clamp changed y
         m.d.sync += [
-            value.eq(clamped),
-            sat.eq(clamped != y),
+            value.eq(Mux(to_hi, hi_2, Mux(below, lo_2, y[:8]))),
+            sat.eq(Mux(below, ~inverted | (y != hi_2), above)),
         ]
         values.append(value)
         saturated.append(sat)
@@ -366,24 +371,35 @@ def _max(m, a, b, name):
     return _wire(m, Mux(b > a, b, a), name)
 
 
-def _argmax(m, values, name):
-    """(largest value, its index) over ``values``; the lowest index on ties."""
+def _argmax(m, values, stages, name):
+    """(largest value, its index) over ``values``, the lowest index on ties, from a
+    tree of comparisons with a register after every level, or every few levels so
+    that there are at most ``stages`` registers on the way (one for a single value).
+    Returns the two registers and the number of cycles after ``values`` they hold the
+    result."""
     index_bits = _lane_bits(len(values))
-    level = [(_wire(m, v, f"{name}_v{i}"), Const(i, index_bits)) for i, v in enumerate(values)]
-    depth = 0
-    while len(level) > 1:
-        depth += 1
+    levels = (len(values) - 1).bit_length()
+    per_stage = max(1, -(-levels // stages))
+    level = [(v, Const(i, index_bits)) for i, v in enumerate(values)]
+    done, cycles = 0, 0
+    while cycles == 0 or len(level) > 1:
         pairs = []
         for k in range(0, len(level) - 1, 2):
             (va, ia), (vb, ib) = level[k], level[k + 1]
             # Left holds the lower indices: it keeps ties.
             take_b = vb > va
-            pairs.append((_wire(m, Mux(take_b, vb, va), f"{name}_v{depth}_{k // 2}"),
-                          _wire(m, Mux(take_b, ib, ia), f"{name}_i{depth}_{k // 2}")))
+            pairs.append((Mux(take_b, vb, va), Mux(take_b, ib, ia)))
         if len(level) % 2:
             pairs.append(level[-1])
         level = pairs
-    return level[0]
+        done += 1
+        if len(level) == 1 or done % per_stage == 0:
+            cycles += 1
+            level = [(_register(m, v, f"{name}_v{cycles}_{k}"),
+                      _register(m, i, f"{name}_i{cycles}_{k}"))
+                     for k, (v, i) in enumerate(level)]
+    value, index = level[0]
+    return value, index, cycles
 
 
 class VectorAlu(wiring.Component):
@@ -423,12 +439,14 @@ class VectorAlu(wiring.Component):
       last word.
 
     Pipeline (``LATENCY`` = 8): input registers; operand preparation and the
-    reductions (VPOOL sums and maxima, VCMP maximum and VARGMAX best lane of the
-    word, VCLAMP); partial products, and the merge of VCMP's and VARGMAX's word with
-    the best so far and their comparison and test; the products' sum; shift and
-    sticky; rounding and zero point; clamp; output register. VADD is
-    ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL
-    average is ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers.
+    reductions (VPOOL sums and maxima, VCLAMP); partial products; the products' sum;
+    shift and sticky; rounding and zero point; clamp; output register. VADD is
+    ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
+    ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers. Beside stages
+    2..7, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
+    tree per stage (three stages for 8 lanes, four for 16; beyond, two or more levels
+    per stage), merge it with the best so far the next stage and compare or test the
+    result the stage after that.
 
     Parameters
     ----------
@@ -446,9 +464,9 @@ class VectorAlu(wiring.Component):
         The vector configuration registers.
     busy : Out(1)
         Words are in flight: high from the cycle after a word is presented until the
-        cycle before its result is on ``o`` (one cycle for a word that does not end a
-        reduction, two for VCMP and VARGMAX, so it may be low between the words of a
-        reduction).
+        cycle before its result is on ``o`` (one cycle for a VPOOL word that does not
+        end a reduction, up to five for VCMP and VARGMAX words: the lane tree and the
+        merge; so it may be low between the words of a reduction).
 
     Raises
     ------
@@ -458,6 +476,9 @@ class VectorAlu(wiring.Component):
 
     #: Cycles from the word completing a result on ``i`` to the result on ``o``.
     LATENCY = 8
+    #: At most this many registers on the lane tree of VCMP and VARGMAX, so that the
+    #: merge (a stage) and the comparison (a stage) are done by stage 7.
+    _TREE_STAGES = 4
 
     def __init__(self, config):
         if not isinstance(config, TileConfig):
@@ -525,30 +546,32 @@ class VectorAlu(wiring.Component):
         # VCMP, VARGMAX: lanes above `lane` of the last word are ignored. The lowest
         # lane is always counted and masked lanes are -128, so they never win.
         masked = [Mux(s1.last & (j > s1.lane), -128, a[j]) for j in range(lanes)]
-        word_max, word_arg = _argmax(m, masked, "word")
-        lane_value = _wire(m, Array(a)[s1.lane], "lane_value")   # VCMP, VARGMAX column
+        # The word's own maximum, a level of the lane tree per stage (one compare and
+        # select per cycle), then its merge with the best so far, then VCMP's
+        # comparison and VARGMAX's test: all of them in one or two stages were the
+        # tile's longest paths. Up to 16 lanes, everything is done by stage 7, so
+        # LATENCY does not change.
+        word_max, word_arg, tree = _argmax(m, masked, self._TREE_STAGES, "word")
 
-        # The merge with the best so far comes a stage after the word's own maximum
-        # (the m2 registers are stage 2's): both in one cycle were the longest path
-        # of the tile. The merge shares stage 3 with VCMP's comparison and VARGMAX's
-        # test, so LATENCY does not change.
-        m2_max = _register(m, word_max, "m2_word_max")
-        m2_arg = _register(m, word_arg, "m2_word_arg")
-        m2_lane = _register(m, lane_value, "m2_lane_value")
-        m2_first = _register(m, s1.first, "m2_first")
-        m2_reduce = _register(m, s1.reduce, "m2_reduce")
-        m2_column = _register(m, s1.column, "m2_column")
-        m2_vcmp = Signal(name="m2_vcmp")
-        m2_vargmax = Signal(name="m2_vargmax")
-        m.d.sync += [m2_vcmp.eq(s1_valid & (op == VectorOp.VCMP)),
-                     m2_vargmax.eq(s1_valid & (op == VectorOp.VARGMAX))]
+        def beside_tree(value, name):
+            return _delay(m, value, tree, name)
+
+        m_lane = beside_tree(Array(a)[s1.lane], "lane_value")     # VCMP, VARGMAX column
+        m_first = beside_tree(s1.first, "m_first")
+        m_reduce = beside_tree(s1.reduce, "m_reduce")
+        m_column = beside_tree(s1.column, "m_column")
+        in_tree = [s1_valid & ((op == VectorOp.VCMP) | (op == VectorOp.VARGMAX))]
+        for k in range(tree):
+            in_tree.append(_register(m, in_tree[-1], f"m{k + 1}_valid"))
+        m_vargmax = _wire(m, in_tree[-1] & beside_tree(op == VectorOp.VARGMAX, "m_is_vargmax"),
+                          "m_vargmax")
+        m_vcmp = _wire(m, in_tree[-1] & ~m_vargmax, "m_vcmp")
 
         cmp_max = Signal(signed(8), name="cmp_max")
-        cmp_value = _wire(m, Mux(m2_reduce, m2_max, m2_lane), "cmp_value")
-        cmp_merged = _wire(m, Mux(m2_first, cmp_value,
-                                  _max(m, cmp_max, cmp_value, "cmp_merged_max")), "cmp_merged")
-        with m.If(m2_vcmp):
-            m.d.sync += cmp_max.eq(cmp_merged)
+        cmp_value = _wire(m, Mux(m_reduce, word_max, m_lane), "cmp_value")
+        with m.If(m_vcmp):
+            m.d.sync += cmp_max.eq(Mux(m_first, cmp_value,
+                                       _max(m, cmp_max, cmp_value, "cmp_merged_max")))
 
         # VARGMAX: each word's candidate (its best lane, or with `column` its lane
         # `lane`) against the best so far; a later word wins only when larger, so the
@@ -557,18 +580,37 @@ class VectorAlu(wiring.Component):
         word_no = Signal(16, name="argmax_word")               # words since `first`
         best_value = Signal(signed(8), name="argmax_value")
         best_index = Signal(16, name="argmax_index")
-        this_word = _wire(m, Mux(m2_first, 0, word_no), "argmax_this_word")
-        packed_index = Cat(m2_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
-        this_value = _wire(m, Mux(m2_column, m2_lane, m2_max), "argmax_this_value")
-        this_index = _wire(m, Mux(m2_column, this_word, packed_index), "argmax_this_index")
-        take = _wire(m, m2_first | (this_value > best_value), "argmax_take")
-        arg_index = _wire(m, Mux(take, this_index, best_index), "argmax_new_index")
-        with m.If(m2_vargmax):
+        this_word = _wire(m, Mux(m_first, 0, word_no), "argmax_this_word")
+        packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
+        this_value = _wire(m, Mux(m_column, m_lane, word_max), "argmax_this_value")
+        this_index = _wire(m, Mux(m_column, this_word, packed_index), "argmax_this_index")
+        take = _wire(m, m_first | (this_value > best_value), "argmax_take")
+        with m.If(m_vargmax):
             m.d.sync += [
                 word_no.eq(this_word + 1),
                 best_value.eq(Mux(take, this_value, best_value)),
-                best_index.eq(arg_index),
+                best_index.eq(Mux(take, this_index, best_index)),
             ]
+
+        # The stage after the merge: VCMP's comparison and VARGMAX's test, on what the
+        # merge left in cmp_max and best_index.
+        f_vargmax = _register(m, m_vargmax, "f_vargmax")
+        f_cmp = _delay(m, s1.cmp, tree + 1, "f_cmp")
+        f_imm = _delay(m, s1.imm, tree + 1, "f_imm")
+        f_expect = _delay(m, s1.expect, tree + 1, "f_expect")
+        flag = Signal(name="flag")
+        with m.If(f_vargmax):
+            m.d.sync += flag.eq(best_index == f_expect)
+        with m.Else():
+            with m.Switch(f_cmp):
+                with m.Case(CmpOp.GE):
+                    m.d.sync += flag.eq(cmp_max >= f_imm)
+                with m.Case(CmpOp.GT):
+                    m.d.sync += flag.eq(cmp_max > f_imm)
+                with m.Case(CmpOp.LT):
+                    m.d.sync += flag.eq(cmp_max < f_imm)
+                with m.Case(CmpOp.EQ):
+                    m.d.sync += flag.eq(cmp_max == f_imm)
 
         m.d.sync += word.eq(0)                  # the result word of VCMP, VARGMAX
         with m.Switch(op):
@@ -594,9 +636,6 @@ class VectorAlu(wiring.Component):
         s2_pairs = _register(m, s1.pairs, "s2_pairs")
         s2_scaled = _register(m, (op == VectorOp.VADD) |
                               ((op == VectorOp.VPOOL) & s1.average), "s2_scaled")
-        s2_cmp = _register(m, s1.cmp, "s2_cmp")
-        s2_imm = _register(m, s1.imm, "s2_imm")
-        s2_expect = _register(m, s1.expect, "s2_expect")
         s2_regs = _register(m, s1_regs, "s2_regs")
 
         # Stages 3..7: (opa * MULT_A + opb * MULT_B) requantised.
@@ -607,21 +646,6 @@ class VectorAlu(wiring.Component):
         scaled, saturated = _round_clamp(m, prods, s4_regs.shift, s4_regs.zp_out,
                                          s4_regs.lo, s4_regs.hi, "rq")
 
-        # Stage 3: VCMP's comparison and VARGMAX's test, on what the merge makes.
-        flag = Signal(name="s3_flag")
-        with m.If(s2_op == VectorOp.VARGMAX):
-            m.d.sync += flag.eq(arg_index == s2_expect)
-        with m.Else():
-            with m.Switch(s2_cmp):
-                with m.Case(CmpOp.GE):
-                    m.d.sync += flag.eq(cmp_merged >= s2_imm)
-                with m.Case(CmpOp.GT):
-                    m.d.sync += flag.eq(cmp_merged > s2_imm)
-                with m.Case(CmpOp.LT):
-                    m.d.sync += flag.eq(cmp_merged < s2_imm)
-                with m.Case(CmpOp.EQ):
-                    m.d.sync += flag.eq(cmp_merged == s2_imm)
-
         # Stage 8: output register; pairs leave the upper half of the lanes 0.
         valid = [s2_valid]                      # valid[k]: stage 2 + k
         for k in range(1, 6):
@@ -631,8 +655,8 @@ class VectorAlu(wiring.Component):
         s7_scaled = _delay(m, s2_scaled, 5, "scaled")
         s7_pairs = _delay(m, s2_pairs, 5, "pairs")
         s7_word = _delay(m, word, 5, "word")
-        s7_flag = _delay(m, flag, 4, "flag")
-        s7_index = _delay(m, arg_index, 5, "index")
+        s7_flag = _delay(m, flag, 4 - tree, "flag")             # flag: stage tree + 3
+        s7_index = _delay(m, best_index, 5 - tree, "index")     # best_index: tree + 2
         s7_upper = Signal(name="s7_upper")      # the upper lanes are 0 (VPOOL pairs)
         m.d.comb += s7_upper.eq((s7_op == VectorOp.VPOOL) & s7_pairs)
 
@@ -652,7 +676,7 @@ class VectorAlu(wiring.Component):
         ]
 
         # Every accepted word, reductions included, passes stage 1 and sets `busy`;
-        # a VCMP or VARGMAX word is merged at stage 2; stages 2..7 carry only words
-        # that produce a result.
-        m.d.comb += self.busy.eq(Cat(s1_valid, m2_vcmp, m2_vargmax, *valid).any())
+        # a VCMP or VARGMAX word goes through the lane tree to its merge; stages 2..7
+        # carry only words that produce a result.
+        m.d.comb += self.busy.eq(Cat(s1_valid, *in_tree, *valid).any())
         return m

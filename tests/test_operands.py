@@ -82,10 +82,14 @@ def test_gateware_matches_reference(config):
     instructions = _random_instructions(random.Random(7), 3000)
 
     async def bench(ctx):
-        for bits in instructions:
-            op, f = decode_micro(bits)
-            ctx.set(dut.op, op)
+        for bits, after in zip(instructions, instructions[1:] + instructions[:1]):
+            ctx.set(dut.op, bits & 0xFF)
             ctx.set(dut.args.raw, bits >> 8)
+            await ctx.tick()
+            # The answer is a cycle later, and stays whatever the next instruction is.
+            ctx.set(dut.op, after & 0xFF)
+            ctx.set(dut.args.raw, after >> 8)
+            op, f = decode_micro(bits)
             illegal = illegal_operands(op, f, config)
             assert ctx.get(dut.illegal) == illegal, (op, f)
             if illegal:
@@ -97,5 +101,6 @@ def test_gateware_matches_reference(config):
             assert got == ends, (op, f)
 
     sim = Simulator(dut)
+    sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()

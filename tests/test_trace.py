@@ -20,10 +20,13 @@ def make_record(i):
 
 
 async def push(ctx, dut, fields):
+    """Push a record; it is in the FIFO when this returns (a cycle after the push)."""
     ctx.set(dut.record, TraceRecord.const(fields))
     ctx.set(dut.push, 1)
     await ctx.tick()
     ctx.set(dut.push, 0)
+    ctx.set(dut.record, TraceRecord.const(make_record(99)))   # registered with the push
+    await ctx.tick()
 
 
 async def read_record(ctx, dut):
@@ -51,6 +54,31 @@ def test_records_in_order_and_level():
             rec = await read_record(ctx, dut)
             assert rec.pc == i and rec.cycles == 7 * i and rec.bytes_out == 16 * i
         assert ctx.get(dut.level) == 0
+
+    run(dut, bench)
+
+
+def test_push_written_a_cycle_later_and_clear_drops_it():
+    dut = TraceFifo(4)
+
+    async def bench(ctx):
+        ctx.set(dut.record, TraceRecord.const(make_record(1)))
+        ctx.set(dut.push, 1)
+        await ctx.tick()
+        ctx.set(dut.push, 0)
+        assert ctx.get(dut.level) == 0
+        await ctx.tick()
+        assert ctx.get(dut.level) == 1
+        # A push in the cycle of a clear is dropped with the rest.
+        ctx.set(dut.push, 1)
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.push, 0)
+        ctx.set(dut.clear, 0)
+        await ctx.tick().repeat(2)
+        assert ctx.get(dut.level) == 0 and ctx.get(dut.dropped) == 0
+        await push(ctx, dut, make_record(2))
+        assert (await read_record(ctx, dut)).pc == 2
 
     run(dut, bench)
 

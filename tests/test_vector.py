@@ -182,6 +182,26 @@ def test_requantizer_saturation_flags():
     run(dut, bench)
 
 
+def test_requantizer_clamp_corners():
+    """The clamp's comparisons side by side: every lane on, next to and between the
+    bounds, ordinary (lo < hi, lo == hi) and inverted (lo > hi, where np.clip gives hi
+    and a lane equal to hi is not saturated)."""
+    ys = [-128, -7, -6, -5, -4, 0, 3, 4, 5, 6, 127]
+    dut = Requantizer(len(ys))
+    # mult 2**30, shift 0: y = acc / 2, exact for even acc.
+    rows = [{"acc": [2 * y for y in ys], "mult": 2**30, "shift": 0, "zp": 0,
+             "lo": lo, "hi": hi}
+            for lo, hi in ((-5, 5), (4, 4), (5, -5), (4, -6), (127, -128), (-128, 127))]
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, rows, collect_requant(len(ys)))
+        assert len(outputs) == len(rows)
+        for row, (_, got) in zip(rows, outputs):
+            assert got == requant_reference(row), row
+
+    run(dut, bench)
+
+
 # --- VectorAlu ----------------------------------------------------------------------
 
 def random_regs(rng):
@@ -355,9 +375,10 @@ def test_alu_op_random(op, word_bytes):
                   count=count // (word_bytes // 8))
 
 
-@pytest.mark.parametrize("word_bytes", [8, 16])
+@pytest.mark.parametrize("word_bytes", [4, 8, 16, 32])
 def test_alu_mixed_back_to_back(word_bytes):
-    """All operations one after another with no gap: one word per cycle."""
+    """All operations one after another with no gap: one word per cycle. (32 lanes:
+    two levels of the lane tree per stage.)"""
     check_program(TileConfig(word_bytes=word_bytes), list(OPS.values()), seed=word_bytes,
                   count=300, bubble_rate=0)
 
