@@ -331,29 +331,18 @@ class ControlUnit(wiring.Component):
         fetched_where = Signal(16)
         fetched_taken = Signal()
         fetched_target = Signal(25)
-        fetched_outside = Signal()
-        # Each candidate target is compared with the bank's depth side by side, and
-        # the comparisons are selected with the targets (rather than the selected
-        # target compared after the selection: one path less through the fetch).
-        switch_target = Signal(25)
         m.d.comb += [
             fetched_where.eq(self.index[fetched.sel[:2]]),
             fetched_taken.eq(self.flags.bit_select(fetched.sel[:3], 1) == fetched.cond[0]),
-            switch_target.eq(fetched.a + fetched_where),
             fetched_target.eq(next_pc),
-            fetched_outside.eq(next_pc >= cfg.plan_depth),
         ]
-        jump_outside = fetched.a >= cfg.plan_depth
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
-                m.d.comb += [fetched_target.eq(fetched.a), fetched_outside.eq(jump_outside)]
+                m.d.comb += fetched_target.eq(fetched.a)
             with m.Case(PlanOp.BRANCH):
-                with m.If(fetched_taken):
-                    m.d.comb += [fetched_target.eq(fetched.a),
-                                 fetched_outside.eq(jump_outside)]
+                m.d.comb += fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc))
             with m.Case(PlanOp.SWITCH):
-                m.d.comb += [fetched_target.eq(switch_target),
-                             fetched_outside.eq(switch_target >= cfg.plan_depth)]
+                m.d.comb += fetched_target.eq(fetched.a + fetched_where)
         # Whether the instruction is illegal: an operand out of its range, or ASSUME,
         # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
         # change between the fetch and the execution either: only a miss changes it
@@ -391,7 +380,7 @@ class ControlUnit(wiring.Component):
                 where_outside.eq(fetched_where >= fetched.b),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
-                goto_outside.eq(fetched_outside),
+                goto_outside.eq(fetched_target >= cfg.plan_depth),
             ]
 
         # -- the operand check of compute micro-instructions ------------------------------
