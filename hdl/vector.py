@@ -544,8 +544,11 @@ class VectorAlu(wiring.Component):
             m.d.sync += pool.eq(Cat(*pooled))
 
         # VCMP, VARGMAX: lanes above `lane` of the last word are ignored. The lowest
-        # lane is always counted and masked lanes are -128, so they never win.
-        masked = [Mux(s1.last & (j > s1.lane), -128, a[j]) for j in range(lanes)]
+        # lane is always counted and masked lanes are -128, so they never win. (Which
+        # lanes is worked out as the word comes in and registered with it.)
+        s1_ignored = _register(m, Cat(self.i.payload.last & (j > self.i.payload.lane)
+                                      for j in range(lanes)), "s1_ignored")
+        masked = [Mux(s1_ignored[j], -128, a[j]) for j in range(lanes)]
         # The word's own maximum, a level of the lane tree per stage (one compare and
         # select per cycle), then its merge with the best so far, then VCMP's
         # comparison and VARGMAX's test: all of them in one or two stages were the
