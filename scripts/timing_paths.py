@@ -8,6 +8,7 @@ enough to rank paths and name the blocks they cross::
 
     .venv/bin/python scripts/timing_paths.py                  # 25 worst endpoints
     .venv/bin/python scripts/timing_paths.py --path ctr_BANK  # one path, net by net
+    .venv/bin/python scripts/timing_paths.py --by-start       # the worst per starting block
     .venv/bin/python scripts/timing_paths.py --netlist build/timing/mapped.json ...
 
 The model (ns, ECP5 speed grade 6, rounded): a LUT4 0.4, a routed net 0.8, a carry
@@ -194,13 +195,18 @@ def main(argv=None):
     parser.add_argument("--top", type=int, default=25, help="endpoints to list")
     parser.add_argument("--path", help="print the worst path into the first endpoint "
                                        "whose name contains this, net by net")
+    parser.add_argument("--by-start", action="store_true",
+                        help="list only the worst path of each block paths start in")
     args = parser.parse_args(argv)
     netlist = Netlist(args.netlist or synthesize(args.board, args.out))
     ends = netlist.endpoints()
     counts = collections.Counter(c["type"] for c in netlist.cells.values())
     print("cells: " + ", ".join(f"{t} {n}" for t, n in counts.most_common()))
     if args.path:
-        t, name, port, bit = next(e for e in ends if args.path in e[1])
+        found = [e for e in ends if args.path in e[1]]
+        if not found:
+            raise SystemExit(f"no register or block RAM input is named like {args.path!r}")
+        t, name, port, bit = found[0]
         print(f"{t:.1f} ns into {name}.{port}:")
         last = None
         for at, net, cell in netlist.path(bit):
@@ -208,14 +214,19 @@ def main(argv=None):
                 print(f"  {at:5.1f} ns  {cell:10s} {net}")
             last = net
         return
-    seen = set()
+    seen, starts = set(), set()
     print(f"{'ns':>5} {'nets':>5}  endpoint (bits of one register shown once)")
     for t, name, port, bit in ends:
         key = re.sub(r"\[\d+\]$", "", name) + "." + port
         if key in seen:
             continue
-        seen.add(key)
         steps = netlist.path(bit)
+        if args.by_start:
+            start = _blocks(steps).split(" > ")[0]
+            if start in starts:
+                continue
+            starts.add(start)
+        seen.add(key)
         print(f"{t:5.1f} {len(steps):5d}  {key}\n{'':13}via {_blocks(steps)}")
         if len(seen) == args.top:
             break
