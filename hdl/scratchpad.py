@@ -124,9 +124,11 @@ class Scratchpad(wiring.Component):
         kernel runs in it).
     query_part : In(4)
     query_limit : Out(17)
-        Combinational: the number of offsets inside partition ``query_part`` (an
-        access at offset ``o`` is inside exactly when ``o < query_limit``): its length,
-        cut at the end of the scratchpad; 0 for a partition that does not exist.
+        The number of offsets inside partition ``query_part`` (an access at offset
+        ``o`` is inside exactly when ``o < query_limit``): its length, cut at the end
+        of the scratchpad; 0 for a partition that does not exist. Combinational in
+        ``query_part``; from the registered extents, so a change of the table shows
+        the cycle after, as for the ports.
     a, b : In(SpadPortSignature(config))
         The compute unit's operand ports (it only reads through them); ``a`` has the
         highest priority.
