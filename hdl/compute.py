@@ -1,9 +1,9 @@
 """The compute unit: executes compute micro-instructions against the scratchpad.
 
-It owns the MAC array (:class:`~fusetile.hdl.mac_array.MacArray`), the requantiser and
-the vector ALU (:mod:`fusetile.hdl.vector`) and the vector configuration registers, and
-reads and writes the scratchpad through three ports: ``a`` and ``b`` (operand reads) and
-``w`` (result writes).
+It owns the MAC array (:class:`~fusetile.hdl.mac_array.MacArray`), the vector ALU
+(:mod:`fusetile.hdl.vector`; it requantises too, on the same lane multipliers) and the
+vector configuration registers, and reads and writes the scratchpad through three
+ports: ``a`` and ``b`` (operand reads) and ``w`` (result writes).
 
 Every operation is a stream of *steps* through a three-part pipeline:
 
@@ -12,9 +12,9 @@ Every operation is a stream of *steps* through a three-part pipeline:
    other read stalled is kept in a hold register (so that ``a`` and ``b`` hitting the
    same bank cannot starve ``b`` forever);
 2. *data*, the cycle after the step's last read: the words go to the MAC array (MATMUL),
-   the vector ALU (VADD, VPOOL, VCLAMP, VCMP, VARGMAX), the requantiser (REQUANT) or the
+   the vector ALU (VADD, VPOOL, VCLAMP, VCMP, VARGMAX; its rows: REQUANT) or the
    operand buffer (ACC_BIAS, REQUANT's per-channel table);
-3. *write*: the requantiser and the vector ALU have a fixed latency and no
+3. *write*: the vector ALU's words and rows have a fixed latency and no
    backpressure, so each result is written to ``w`` in the cycle it appears.
 
 Faults are precise in program order (for each output: its inputs, then the output): a
@@ -32,7 +32,7 @@ from ..kernels.config import TileConfig
 from ..kernels.isa import MicroOp, MicroArgs, FaultCause, VectorCfg
 from .mac_array import MacArray
 from .scratchpad import SpadPortSignature
-from .vector import Requantizer, VectorAlu, VectorOp, VectorRegs
+from .vector import VectorAlu, VectorOp, VectorRegs
 
 
 __all__ = ["ComputeCommand", "ComputeUnit"]
@@ -243,7 +243,6 @@ class ComputeUnit(wiring.Component):
         m = Module()
 
         m.submodules.mac = mac = MacArray(cfg)
-        m.submodules.requant = rq = Requantizer(wb)
         m.submodules.alu = alu = VectorAlu(cfg)
         regs = self.vector_regs
 
@@ -424,12 +423,14 @@ class ComputeUnit(wiring.Component):
                     with m.Case(j):
                         m.d.sync += buf[j * word_bits:(j + 1) * word_bits].eq(word_a)
 
-        # Requantiser: one ACC row per step.
+        # Requantiser (the vector ALU's rows): one ACC row per step. A command is
+        # drained before the next starts, so REQUANT holds the lane multipliers alone.
         table = Array(buf[64 * i:64 * i + 64] for i in range(R))
         entry = table[d_idx[:max(1, (R - 1).bit_length())]]
-        rq_in = rq.i.payload
+        rq_in = alu.rq.payload
         m.d.comb += [
-            rq.i.valid.eq(d_valid & rows_phase),
+            alu.requant.eq(is_op[MicroOp.REQUANT]),
+            alu.rq.valid.eq(d_valid & rows_phase),
             rq_in.acc.as_value().eq(mac.acc_row.as_value()),   # lanes >= cols: 0
             rq_in.mult.eq(Mux(requant.per_channel, entry[:32], regs.mult_a)),
             rq_in.shift.eq(Mux(requant.per_channel, entry[32:37], regs.shift)),
@@ -437,7 +438,7 @@ class ComputeUnit(wiring.Component):
             rq_in.lo.eq(regs.lo),
             rq_in.hi.eq(regs.hi),
         ]
-        rq_pipe, rq_out = _shift_reg(m, "rq_pipe", Requantizer.LATENCY,
+        rq_pipe, rq_out = _shift_reg(m, "rq_pipe", VectorAlu.REQUANT_LATENCY,
                                      d_valid & rows_phase, squash)
 
         # Vector ALU.
@@ -480,11 +481,11 @@ class ComputeUnit(wiring.Component):
         result = Signal()       # a result word is due this cycle
         wdata = Signal(word_bits)
         sat = Signal(range(wb + 1))
-        rq_value = rq.o.payload.value.as_value()
-        rq_sat = rq.o.payload.saturated
+        rq_value = alu.rq_o.payload.value.as_value()
+        rq_sat = alu.rq_o.payload.saturated
         with m.If(rows_phase):
             m.d.comb += [
-                result.eq(rq_out & rq.o.valid),
+                result.eq(rq_out & alu.rq_o.valid),
                 wdata.eq(rq_value[:8 * C]),             # lanes >= cols are 0
                 sat.eq(sum(rq_sat[j] for j in range(C))),
             ]

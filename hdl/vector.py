@@ -1,16 +1,18 @@
 """The vector unit's datapaths: requantisation and the int8 lane-wise operations.
 
-Two free-running pipelines, bit-exact against :mod:`fusetile.kernels.arith`:
+:class:`VectorAlu`, bit-exact against :mod:`fusetile.kernels.arith`, is two
+free-running pipelines that share their lane multipliers and their rounding and clamp:
 
-* :class:`Requantizer` turns one row of int32 accumulators into int8 lanes per cycle
-  (REQUANT);
-* :class:`VectorAlu` computes VADD, VPOOL, VCLAMP, VCMP and VARGMAX over a stream of
-  scratchpad words.
+* rows on ``rq``: one row of int32 accumulators into int8 lanes per cycle (REQUANT);
+* words on ``i``: VADD, VPOOL, VCLAMP, VCMP and VARGMAX over a stream of scratchpad
+  words.
 
-Neither applies backpressure nor accepts it: ``i.ready`` is always 1 and ``o.ready``
-is ignored (the consumer takes each result in the cycle it is presented). A word
-presented with ``valid`` in cycle ``t`` has its result presented with ``valid`` in
-cycle ``t + LATENCY``, exactly, whatever came before or after. (The streams are plain
+Neither applies backpressure nor accepts it: ``ready`` is always 1 and the outputs'
+``ready`` is ignored (the consumer takes each result in the cycle it is presented). A
+word presented with ``valid`` in cycle ``t`` has its result presented with ``valid``
+in cycle ``t + LATENCY`` (a row: ``t + REQUANT_LATENCY``), exactly, whatever came
+before or after, as long as the rows and the words that need the multipliers do not
+meet there (``requant``, below). (The streams are plain
 :class:`amaranth.lib.stream.Signature` s rather than ``always_ready`` ones because a
 constant ``ready`` cannot be a port of a converted top-level.) A sequencer that reads
 the scratchpad (1-cycle read latency) therefore issues one read per cycle, presents
@@ -40,7 +42,7 @@ from ..kernels.isa import CmpOp
 
 
 __all__ = [
-    "requant_input_layout", "requant_output_layout", "Requantizer",
+    "requant_input_layout", "requant_output_layout",
     "VectorOp", "VectorRegs", "vector_input_layout", "vector_output_layout", "VectorAlu",
 ]
 
@@ -86,24 +88,36 @@ def _pieces(value):
     return pieces
 
 
-def _product_sum(m, terms, name):
-    """``sum(a * b for a, b in terms)``, two cycles later.
+def _product_sum(m, sel, terms_1, terms_0, name):
+    """``sum(a * b for a, b in terms_1)`` if ``sel`` else the same over ``terms_0``,
+    two cycles later, from one set of multipliers.
 
     Cycle 1 registers every partial product of 16-bit pieces (a DSP multiplier with
-    its output register each); cycle 2 registers their shifted sum.
+    its output register each); cycle 2 registers their shifted sum. The k-th partial
+    product of ``terms_1`` and that of ``terms_0`` share a multiplier, its operands
+    chosen by ``sel`` (a LUT in front of the DSP), so both sets cost as many
+    multipliers as the larger. ``sel`` is sampled with the operands, in cycle 0.
     """
-    partials = []
-    width = 0
-    for t, (a, b) in enumerate(terms):
-        width = max(width, len(a) + len(b) + 1)
-        for pa, oa in _pieces(a):
-            for pb, ob in _pieces(b):
-                product = pa * pb
-                reg = Signal(product.shape(), name=f"{name}_pp{t}_{oa}_{ob}")
-                m.d.sync += reg.eq(product)
-                partials.append((reg, oa + ob))
-    total = Signal(signed(width + len(terms)), name=f"{name}_sum")
-    m.d.sync += total.eq(sum(reg << offset for reg, offset in partials))
+    def partials(terms):
+        return [(pa, pb, oa + ob) for a, b in terms
+                for pa, oa in _pieces(a) for pb, ob in _pieces(b)]
+
+    def width(terms):
+        return max(len(a) + len(b) + 1 for a, b in terms) + len(terms)
+
+    part_1, part_0 = partials(terms_1), partials(terms_0)
+    zero = (Const(0), Const(0), 0)
+    part_1 += [zero] * (len(part_0) - len(part_1))
+    part_0 += [zero] * (len(part_1) - len(part_0))
+    sel_1 = _register(m, sel, f"{name}_sel")
+    shifted = []
+    for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(zip(part_1, part_0)):
+        product = Mux(sel, a1, a0) * Mux(sel, b1, b0)
+        reg = Signal(product.shape(), name=f"{name}_pp{k}")
+        m.d.sync += reg.eq(product)
+        shifted.append(reg << o1 if o1 == o0 else Mux(sel_1, reg << o1, reg << o0))
+    total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum")
+    m.d.sync += total.eq(sum(shifted))
     return total
 
 
@@ -162,7 +176,7 @@ def _check_lanes(lanes):
 # --- REQUANT ----------------------------------------------------------------------
 
 def requant_input_layout(lanes):
-    """Payload of :attr:`Requantizer.i`: one ACC row and its requantisation parameters.
+    """Payload of :attr:`VectorAlu.rq`: one ACC row and its requantisation parameters.
 
     Fields: ``acc`` (``lanes`` x signed(32)), ``mult`` (unsigned(32); the ISA keeps it
     below 2**31, every 32-bit value is computed exactly anyway), ``shift`` (0..31),
@@ -180,81 +194,13 @@ def requant_input_layout(lanes):
 
 
 def requant_output_layout(lanes):
-    """Payload of :attr:`Requantizer.o`: ``value`` (``lanes`` x signed(8)) and
+    """Payload of :attr:`VectorAlu.rq_o`: ``value`` (``lanes`` x signed(8)) and
     ``saturated`` (bit ``j``: lane ``j`` was changed by the clamp)."""
     _check_lanes(lanes)
     return data.StructLayout({
         "value":     data.ArrayLayout(signed(8), lanes),
         "saturated": unsigned(lanes),
     })
-
-
-class Requantizer(wiring.Component):
-    """Lane-wise int32 -> int8 requantisation, one row per cycle.
-
-    Lane ``j`` of the result is ``clamp(zp + round_half_even(acc[j] * mult /
-    2**(31 + shift)), lo, hi)``, exactly :func:`fusetile.kernels.arith.requantize`.
-
-    Fully pipelined, no stalls: a row presented with ``i.valid`` in cycle ``t`` is
-    presented on ``o`` (``o.valid`` high, payload registered) in cycle
-    ``t + LATENCY``. Rows may follow each other in consecutive cycles.
-
-    Pipeline: input registers; partial products (4 per lane, 16 x 16 bits); their
-    sum; shift and sticky bit; rounding and zero point; clamp.
-
-    Parameters
-    ----------
-    lanes : int
-        Accumulators per row.
-
-    Attributes
-    ----------
-    i : In(stream.Signature(requant_input_layout(lanes)))
-        Rows to requantise; ``ready`` is always 1.
-    o : Out(stream.Signature(requant_output_layout(lanes)))
-        Results, ``LATENCY`` cycles after their rows; ``ready`` is ignored.
-
-    Raises
-    ------
-    TypeError
-        If ``lanes`` is not an integer.
-    ValueError
-        If ``lanes`` is less than 1.
-    """
-
-    #: Cycles from a row on ``i`` to its result on ``o``.
-    LATENCY = 6
-
-    def __init__(self, lanes):
-        _check_lanes(lanes)
-        self._lanes = lanes
-        super().__init__({
-            "i": In(stream.Signature(requant_input_layout(lanes))),
-            "o": Out(stream.Signature(requant_output_layout(lanes))),
-        })
-
-    @property
-    def lanes(self):
-        return self._lanes
-
-    def elaborate(self, platform):
-        m = Module()
-
-        row = _register(m, self.i.payload, "row")
-        valid = _register(m, self.i.valid, "row_valid")
-        prods = [_product_sum(m, [(row.acc[j], row.mult)], f"prod{j}")
-                 for j in range(self._lanes)]
-        values, saturated = _round_clamp(
-            m, prods, _delay(m, row.shift, 2, "shift"), _delay(m, row.zp, 2, "zp"),
-            _delay(m, row.lo, 2, "lo"), _delay(m, row.hi, 2, "hi"), "rq")
-
-        m.d.comb += [
-            self.i.ready.eq(1),
-            self.o.valid.eq(_delay(m, valid, self.LATENCY - 1, "valid")),
-            self.o.payload.value.eq(Cat(*values)),
-            self.o.payload.saturated.eq(Cat(*saturated)),
-        ]
-        return m
 
 
 # --- VADD, VPOOL, VCLAMP, VCMP, VARGMAX ---------------------------------------------
@@ -403,12 +349,28 @@ def _argmax(m, values, stages, name):
 
 
 class VectorAlu(wiring.Component):
-    """VADD, VPOOL, VCLAMP, VCMP and VARGMAX over words of ``word_bytes`` int8 lanes.
+    """REQUANT over rows of ``word_bytes`` int32 accumulators; VADD, VPOOL, VCLAMP,
+    VCMP and VARGMAX over words of ``word_bytes`` int8 lanes.
 
-    Bit-exact against :func:`fusetile.kernels.arith.vadd`, ``vpool``, ``vclamp``,
-    ``vcmp`` and ``vargmax``.
+    Bit-exact against :func:`fusetile.kernels.arith.requantize`, ``vadd``, ``vpool``,
+    ``vclamp``, ``vcmp`` and ``vargmax``.
 
-    Contract (no stalls either way):
+    REQUANT: lane ``j`` of a row's result is ``clamp(zp + round_half_even(acc[j] *
+    mult / 2**(31 + shift)), lo, hi)``. A row presented on ``rq`` in cycle ``t`` is on
+    ``rq_o`` (``valid`` high, payload registered) in cycle ``t + REQUANT_LATENCY``;
+    rows may follow each other in consecutive cycles. Pipeline: input registers;
+    partial products (4 per lane, 16 x 16 bits); their sum; shift and sticky;
+    rounding and zero point; clamp.
+
+    The rows and the scaled words (VADD, VPOOL average) share the lane multipliers
+    and everything after them; ``requant`` says which of the two they serve. A row
+    needs it high the cycle after the row is presented, a scaled word low two cycles
+    after the word is presented (the cycles they reach the multipliers). The compute
+    unit holds it for a whole command (high for REQUANT), and never has a REQUANT
+    row and a vector word in flight together: sharing saves 4 DSP multipliers per
+    lane and a rounding and clamp datapath.
+
+    Contract for words (no stalls either way):
 
     * Each cycle, present at most one word on ``i`` (``valid``, ``payload``); the
       registers ``regs`` are sampled in the same cycle (the values with the last word
@@ -462,9 +424,16 @@ class VectorAlu(wiring.Component):
         ignored.
     regs : In(VectorRegs)
         The vector configuration registers.
+    rq : In(stream.Signature(requant_input_layout(word_bytes)))
+        REQUANT rows in; ``ready`` is always 1.
+    rq_o : Out(stream.Signature(requant_output_layout(word_bytes)))
+        REQUANT results, ``REQUANT_LATENCY`` cycles after their rows; ``ready`` is
+        ignored.
+    requant : In(1)
+        The lane multipliers serve the rows (1) or the words (0).
     busy : Out(1)
-        Words are in flight: high from the cycle after a word is presented until the
-        cycle before its result is on ``o`` (one cycle for a VPOOL word that does not
+        Words or rows are in flight: high from the cycle after one is presented until
+        the cycle before its result is out (one cycle for a VPOOL word that does not
         end a reduction, up to five for VCMP and VARGMAX words: the lane tree and the
         merge; so it may be low between the words of a reduction).
 
@@ -476,6 +445,8 @@ class VectorAlu(wiring.Component):
 
     #: Cycles from the word completing a result on ``i`` to the result on ``o``.
     LATENCY = 8
+    #: Cycles from a row on ``rq`` to its result on ``rq_o``.
+    REQUANT_LATENCY = 6
     #: At most this many registers on the lane tree of VCMP and VARGMAX, so that the
     #: merge (a stage) and the comparison (a stage) are done by stage 7.
     _TREE_STAGES = 4
@@ -489,6 +460,9 @@ class VectorAlu(wiring.Component):
             "i":    In(stream.Signature(vector_input_layout(lanes))),
             "o":    Out(stream.Signature(vector_output_layout(lanes))),
             "regs": In(VectorRegs),
+            "rq":   In(stream.Signature(requant_input_layout(lanes))),
+            "rq_o": Out(stream.Signature(requant_output_layout(lanes))),
+            "requant": In(1),
             "busy": Out(1),
         })
 
@@ -501,12 +475,15 @@ class VectorAlu(wiring.Component):
         half = lanes // 2
         m = Module()
 
-        m.d.comb += self.i.ready.eq(1)
+        m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]
 
-        # Stage 1: input registers.
+        # Stage 1: input registers. A REQUANT row goes from its register to the lane
+        # multipliers; a word has its operands prepared in stage 2 first.
         s1 = _register(m, self.i.payload, "s1")
         s1_valid = _register(m, self.i.valid, "s1_valid")
         s1_regs = _register(m, self.regs, "s1_regs")
+        row = _register(m, self.rq.payload, "row")
+        row_valid = _register(m, self.rq.valid, "row_valid")
 
         # Stage 2: operands and reductions.
         op = s1.op
@@ -641,13 +618,26 @@ class VectorAlu(wiring.Component):
                               ((op == VectorOp.VPOOL) & s1.average), "s2_scaled")
         s2_regs = _register(m, s1_regs, "s2_regs")
 
-        # Stages 3..7: (opa * MULT_A + opb * MULT_B) requantised.
-        prods = [_product_sum(m, [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
+        # Stages 3..7 (a row's 2..6): (opa * MULT_A + opb * MULT_B), or a row's
+        # acc * mult, requantised, on the same multipliers.
+        rows = self.requant
+        prods = [_product_sum(m, rows, [(row.acc[j], row.mult)],
+                              [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
                               f"prod{j}")
                  for j in range(lanes)]
-        s4_regs = _delay(m, s2_regs, 2, "regs")
-        scaled, saturated = _round_clamp(m, prods, s4_regs.shift, s4_regs.zp_out,
-                                         s4_regs.lo, s4_regs.hi, "rq")
+        params = [Mux(rows, getattr(row, f), getattr(s2_regs, g)) for f, g in
+                  (("shift", "shift"), ("zp", "zp_out"), ("lo", "lo"), ("hi", "hi"))]
+        shift, zp, lo, hi = (_delay(m, p, 2, f"scale_{f}") for p, f in
+                             zip(params, ("shift", "zp", "lo", "hi")))
+        scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
+        row_valids = [row_valid]                # row_valids[k]: stage 1 + k
+        for k in range(1, self.REQUANT_LATENCY):
+            row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid"))
+        m.d.comb += [
+            self.rq_o.valid.eq(row_valids[-1]),
+            self.rq_o.payload.value.eq(Cat(*scaled)),
+            self.rq_o.payload.saturated.eq(Cat(*saturated)),
+        ]
 
         # Stage 8: output register; pairs leave the upper half of the lanes 0.
         valid = [s2_valid]                      # valid[k]: stage 2 + k
@@ -681,5 +671,5 @@ class VectorAlu(wiring.Component):
         # Every accepted word, reductions included, passes stage 1 and sets `busy`;
         # a VCMP or VARGMAX word goes through the lane tree to its merge; stages 2..7
         # carry only words that produce a result.
-        m.d.comb += self.busy.eq(Cat(s1_valid, *in_tree, *valid).any())
+        m.d.comb += self.busy.eq(Cat(s1_valid, *in_tree, *valid, *row_valids[:-1]).any())
         return m

@@ -14,8 +14,7 @@ from amaranth.back import verilog
 from amaranth.sim import Simulator
 
 from fusetile.hdl.vector import (
-    Requantizer, VectorAlu, VectorOp, VectorRegs, requant_input_layout,
-    vector_input_layout,
+    VectorAlu, VectorOp, VectorRegs, requant_input_layout, vector_input_layout,
 )
 from fusetile.kernels import arith
 from fusetile.kernels.config import TileConfig
@@ -38,21 +37,25 @@ def run(dut, bench, vcd=None):
         sim.run()
 
 
-async def stream(ctx, dut, items, collect, *, regs=None):
+async def stream(ctx, dut, items, collect, *, regs=None, rows=False):
     """Present ``items`` (payload dicts, or None for a bubble) one per cycle, then wait
     out the pipeline; returns ``[(cycle, payload)]`` of every valid output.
-    ``regs[k]`` is presented on ``dut.regs`` with item ``k``."""
+    ``regs[k]`` is presented on ``dut.regs`` with item ``k``. With ``rows``, the items
+    are REQUANT rows (``rq``, ``rq_o``, ``requant`` high)."""
+    inp, out = (dut.rq, dut.rq_o) if rows else (dut.i, dut.o)
+    latency = dut.REQUANT_LATENCY if rows else dut.LATENCY
+    ctx.set(dut.requant, rows)
     outputs = []
-    for cycle in range(len(items) + dut.LATENCY + 2):
+    for cycle in range(len(items) + latency + 2):
         item = items[cycle] if cycle < len(items) else None
-        ctx.set(dut.i.valid, item is not None)
+        ctx.set(inp.valid, item is not None)
         if item is not None:
-            ctx.set(dut.i.payload, item)
+            ctx.set(inp.payload, item)
         if regs is not None and item is not None:
             ctx.set(dut.regs, regs[cycle])
-        assert ctx.get(dut.i.ready) == 1
-        if ctx.get(dut.o.valid):
-            outputs.append((cycle, collect(ctx.get(dut.o.payload))))
+        assert ctx.get(inp.ready) == 1
+        if ctx.get(out.valid):
+            outputs.append((cycle, collect(ctx.get(out.payload))))
         await ctx.tick()
     return outputs
 
@@ -68,15 +71,20 @@ def with_bubbles(rng, items, rate=0.15):
     return out, where
 
 
-# --- Requantizer --------------------------------------------------------------------
+# --- REQUANT ------------------------------------------------------------------------
 
-def test_requantizer_args_checked():
+def test_args_checked():
     with pytest.raises(TypeError, match=r"lanes must be an integer, not 'x'"):
-        Requantizer("x")
+        requant_input_layout("x")
     with pytest.raises(ValueError, match=r"lanes must be at least 1, not 0"):
-        Requantizer(0)
+        vector_input_layout(0)
     with pytest.raises(TypeError, match=r"config must be a TileConfig, not 8"):
         VectorAlu(8)
+
+
+def requantizer(lanes):
+    """The vector ALU of ``lanes`` lanes, which requantises rows of as many."""
+    return VectorAlu(TileConfig(word_bytes=lanes))
 
 
 def random_row(rng, lanes):
@@ -119,14 +127,14 @@ def collect_requant(lanes):
 
 @pytest.mark.parametrize("lanes", [8, 16])
 def test_requantizer_random_back_to_back(lanes):
-    dut = Requantizer(lanes)
+    dut = requantizer(lanes)
     rng = random.Random(lanes)
     rows = [random_row(rng, lanes) for _ in range(600)]
     items, where = with_bubbles(rng, rows)
 
     async def bench(ctx):
-        outputs = await stream(ctx, dut, items, collect_requant(lanes))
-        assert [c for c, _ in outputs] == [w + Requantizer.LATENCY for w in where]
+        outputs = await stream(ctx, dut, items, collect_requant(lanes), rows=True)
+        assert [c for c, _ in outputs] == [w + VectorAlu.REQUANT_LATENCY for w in where]
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
 
@@ -135,14 +143,15 @@ def test_requantizer_random_back_to_back(lanes):
 
 def test_requantizer_extremes_exhaustive():
     """Every combination of extreme accumulator, multiplier, shift and zero point."""
-    lanes = len(ACC_EDGES)
-    dut = Requantizer(lanes)
-    rows = [{"acc": ACC_EDGES, "mult": mult, "shift": shift, "zp": zp, "lo": lo, "hi": hi}
+    lanes = 8
+    dut = requantizer(lanes)
+    acc = ACC_EDGES + [-2**30, 2**30]
+    rows = [{"acc": acc, "mult": mult, "shift": shift, "zp": zp, "lo": lo, "hi": hi}
             for mult in MULT_EDGES for shift in (0, 1, 30, 31) for zp in (-128, 0, 127)
             for lo, hi in ((-128, 127), (0, 127), (-5, 5))]
 
     async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(lanes))
+        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
         assert len(outputs) == len(rows)
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
@@ -153,14 +162,15 @@ def test_requantizer_extremes_exhaustive():
 def test_requantizer_full_32bit_multiplier():
     """Beyond the ISA's range (mult >= 2**31) the datapath is still exact."""
     lanes = 4
-    dut = Requantizer(lanes)
+    dut = requantizer(lanes)
     rng = random.Random(7)
     rows = [{**random_row(rng, lanes), "mult": rng.choice([2**31, 2**32 - 1,
                                                             rng.randrange(2**31, 2**32)])}
             for _ in range(40)]
 
     async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(lanes))
+        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
+        assert len(outputs) == len(rows)
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
 
@@ -169,13 +179,13 @@ def test_requantizer_full_32bit_multiplier():
 
 def test_requantizer_saturation_flags():
     lanes = 4
-    dut = Requantizer(lanes)
+    dut = requantizer(lanes)
     # mult 2**31 - 1 ~ 1.0: acc passes through (rounded) and is clamped to [-3, 3].
     row = {"acc": [100, -100, 2, -3], "mult": 2**31 - 1, "shift": 0, "zp": 0,
            "lo": -3, "hi": 3}
 
     async def bench(ctx):
-        [(_, got)] = await stream(ctx, dut, [row], collect_requant(lanes))
+        [(_, got)] = await stream(ctx, dut, [row], collect_requant(lanes), rows=True)
         assert got == ([3, -3, 2, -3], 0b0011)
         assert got == requant_reference(row)
 
@@ -186,15 +196,15 @@ def test_requantizer_clamp_corners():
     """The clamp's comparisons side by side: every lane on, next to and between the
     bounds, ordinary (lo < hi, lo == hi) and inverted (lo > hi, where np.clip gives hi
     and a lane equal to hi is not saturated)."""
-    ys = [-128, -7, -6, -5, -4, 0, 3, 4, 5, 6, 127]
-    dut = Requantizer(len(ys))
+    ys = [-128, -7, -6, -5, -4, -3, 0, 1, 2, 3, 4, 5, 6, 7, 100, 127]
+    dut = requantizer(len(ys))
     # mult 2**30, shift 0: y = acc / 2, exact for even acc.
     rows = [{"acc": [2 * y for y in ys], "mult": 2**30, "shift": 0, "zp": 0,
              "lo": lo, "hi": hi}
             for lo, hi in ((-5, 5), (4, 4), (5, -5), (4, -6), (127, -128), (-128, 127))]
 
     async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(len(ys)))
+        outputs = await stream(ctx, dut, rows, collect_requant(len(ys)), rows=True)
         assert len(outputs) == len(rows)
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
@@ -525,6 +535,63 @@ def test_alu_vargmax_column_directed(word_bytes):
     run(dut, bench)
 
 
+def test_rows_and_words_share_the_multipliers():
+    """REQUANT rows and vector words as close together as ``requant`` allows (a row
+    needs it high the cycle after it is presented, a scaled word low two cycles
+    after; the two ports may even take an item in the same cycle), ``requant`` random
+    whenever nothing needs the multipliers: every result exact, in its cycle."""
+    lanes = 8
+    dut = VectorAlu(TileConfig(word_bytes=lanes))
+    rng = random.Random(11)
+    need = {}                           # cycle -> the `requant` it must have
+    rows, words = {}, {}                # cycle -> (payload, expected[, regs])
+    cursor = {"row": 0, "word": 0}
+    at = 0
+    for _ in range(60):
+        kind = rng.choice(["row", "word"])
+        if kind == "row":
+            row = random_row(rng, lanes)
+            payload, want, mode, regs = row, requant_reference(row), (1, 1), None
+        else:
+            make = rng.choice([op_vadd, op_vadd, op_vclamp])
+            [payload], want, regs = make(rng, lanes, random_regs(rng))
+            mode = (2, 0) if payload["op"] == VectorOp.VADD else None
+        at = max(at, cursor[kind])
+        while mode is not None and need.get(at + mode[0], mode[1]) != mode[1]:
+            at += 1
+        if mode is not None:
+            need[at + mode[0]] = mode[1]
+        (rows if kind == "row" else words)[at] = (payload, want, regs)
+        cursor[kind] = at + 1
+        at += rng.choice([0, 0, 0, 1, 2])
+    # Both kinds came within a cycle of each other, and in the same cycle.
+    assert any(c in words for c in rows)
+    assert any(c + 1 in words or c - 1 in words for c in rows)
+    end = max(max(rows), max(words)) + VectorAlu.LATENCY + 2
+
+    async def bench(ctx):
+        got_rows, got_words = {}, {}
+        for cycle in range(end):
+            ctx.set(dut.requant, need.get(cycle, rng.randrange(2)))
+            ctx.set(dut.rq.valid, cycle in rows)
+            if cycle in rows:
+                ctx.set(dut.rq.payload, rows[cycle][0])
+            ctx.set(dut.i.valid, cycle in words)
+            if cycle in words:
+                ctx.set(dut.i.payload, words[cycle][0])
+                ctx.set(dut.regs, words[cycle][2])
+            if ctx.get(dut.rq_o.valid):
+                got_rows[cycle - VectorAlu.REQUANT_LATENCY] = \
+                    collect_requant(lanes)(ctx.get(dut.rq_o.payload))
+            if ctx.get(dut.o.valid):
+                got_words[cycle - VectorAlu.LATENCY] = collect_alu(lanes)(ctx.get(dut.o.payload))
+            await ctx.tick()
+        assert got_rows == {c: want for c, (_, want, _) in rows.items()}
+        assert got_words == {c: want for c, (_, want, _) in words.items()}
+
+    run(dut, bench)
+
+
 def test_alu_busy():
     config = TileConfig(word_bytes=8)
     dut = VectorAlu(config)
@@ -561,5 +628,3 @@ def test_layouts():
 def test_verilog_converts(word_bytes):
     text = verilog.convert(VectorAlu(TileConfig(word_bytes=word_bytes)), name="vector_alu")
     assert "module vector_alu" in text
-    text = verilog.convert(Requantizer(word_bytes), name="requantizer")
-    assert "module requantizer" in text
