@@ -13,10 +13,10 @@ it (``fusetile.host.fpga``); ``docs/fpga.md`` has the figures.
 from dataclasses import dataclass
 import importlib
 
-from amaranth.hdl import ClockDomain, Const, Instance, Module, Signal
+from amaranth.hdl import ClockDomain, Module, Signal
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
+from amaranth.lib.cdc import ResetSynchronizer
 
 from ..kernels.config import TileConfig
 from .pll import Pll, ecp5_pll_params, ice40_pll_params
@@ -295,19 +295,9 @@ class BoardTop(wiring.Component):
         m.submodules.pll = pll = Pll(self.pll, clk_in, sync.clk)
 
         # Reset until the PLL locks and while the button is held, released in step
-        # with the clock. On the ECP5 it reaches the flip-flops on a global network
-        # (a DCCA buffer, as the clock does): some 10,000 take it, and on the
-        # fabric's own routing it was among the most congested nets of the build.
+        # with the clock.
         button = pin("i", b.reset)
-        if b.family == "ecp5":
-            rst = Signal()
-            m.submodules.reset_sync = AsyncFFSynchronizer(~pll.locked | button.i, rst,
-                                                          o_domain="sync")
-            m.submodules.reset_buffer = Instance("DCCA", i_CLKI=rst, i_CE=Const(1),
-                                                 o_CLKO=sync.rst)
-        else:
-            m.submodules.reset_sync = ResetSynchronizer(~pll.locked | button.i,
-                                                        domain="sync")
+        m.submodules.reset_sync = ResetSynchronizer(~pll.locked | button.i, domain="sync")
 
         f_clk = int(self.pll.f_out)
         m.submodules.core = core = BoardCore(
