@@ -269,8 +269,8 @@ class ComputeUnit(wiring.Component):
         b_have = Signal()
         cap_a = Signal()        # a read performed last cycle goes to the hold register
         cap_b = Signal()
-        hold_a = Signal(word_bits)
-        hold_b = Signal(word_bits)
+        hold_a = Signal(word_bits, reset_less=True)     # datapath: no reset
+        hold_b = Signal(word_bits, reset_less=True)
         rfault = Signal()       # a read faulted: issue stopped, pipeline draining
         rfault_addr = Signal(_ADDR_BITS)
 
@@ -289,7 +289,7 @@ class ComputeUnit(wiring.Component):
         w_row = Signal(_ADDR_BITS)    # VPOOL: input word (o, 0) of the next output
 
         n_buf = max(self.bias_words, self.table_words)
-        buf = Signal(n_buf * word_bits)
+        buf = Signal(n_buf * word_bits, reset_less=True)
 
         squash = Signal()       # drop every step in flight (abort, fault, restart)
 

@@ -52,9 +52,11 @@ __all__ = [
 _PIECE = 16     # operand piece width: an unsigned piece is a 17-bit signed DSP operand
 
 
-def _register(m, value, name):
-    """``value`` one cycle later."""
-    reg = Signal(value.shape(), name=name)
+def _register(m, value, name, *, reset_less=True):
+    """``value`` one cycle later. Datapath registers have no reset (it would take a
+    control input of every flip-flop and a net to thousands of them); valid bits and
+    state pass ``reset_less=False``."""
+    reg = Signal(value.shape(), name=name, reset_less=reset_less)
     m.d.sync += reg.eq(value)
     return reg
 
@@ -113,10 +115,11 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     shifted = []
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(zip(part_1, part_0)):
         product = Mux(sel, a1, a0) * Mux(sel, b1, b0)
-        reg = Signal(product.shape(), name=f"{name}_pp{k}")
+        reg = Signal(product.shape(), name=f"{name}_pp{k}", reset_less=True)
         m.d.sync += reg.eq(product)
         shifted.append(reg << o1 if o1 == o0 else Mux(sel_1, reg << o1, reg << o0))
-    total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum")
+    total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum",
+                   reset_less=True)
     m.d.sync += total.eq(sum(shifted))
     return total
 
@@ -141,13 +144,13 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
         # see sign bits when p is narrower than 30 + shift.
         wide = Signal(signed(64), name=f"{name}{lane}_wide")
         m.d.comb += wide.eq(prod)
-        t = Signal(signed(34), name=f"{name}{lane}_t")         # p >> (31 + shift - 1)
-        sticky = Signal(name=f"{name}{lane}_sticky")           # bits below t[0] != 0
+        t = Signal(signed(34), name=f"{name}{lane}_t", reset_less=True)  # p >> (30 + shift)
+        sticky = Signal(name=f"{name}{lane}_sticky", reset_less=True)    # bits below t[0]
         m.d.sync += [
             t.eq((wide >> 30) >> shift),
             sticky.eq(wide[:30].any() | (wide[30:62] & mask).any()),
         ]
-        y = Signal(signed(36), name=f"{name}{lane}_y")
+        y = Signal(signed(36), name=f"{name}{lane}_y", reset_less=True)
         m.d.sync += y.eq((t >> 1) + zp_1 + (t[0] & (sticky | t[1])))
         # min(max(y, lo), hi) from three comparisons side by side rather than two
         # chained through a multiplexer (which made this stage one of the tile's
@@ -155,8 +158,8 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
         below = _wire(m, y < lo_2, f"{name}{lane}_below")
         above = _wire(m, y > hi_2, f"{name}{lane}_above")
         to_hi = _wire(m, Mux(below, inverted, above), f"{name}{lane}_to_hi")
-        value = Signal(signed(8), name=f"{name}{lane}_value")
-        sat = Signal(name=f"{name}{lane}_sat")       # the clamp changed y
+        value = Signal(signed(8), name=f"{name}{lane}_value", reset_less=True)
+        sat = Signal(name=f"{name}{lane}_sat", reset_less=True)     # the clamp changed y
         m.d.sync += [
             value.eq(Mux(to_hi, hi_2, Mux(below, lo_2, y[:8]))),
             sat.eq(Mux(below, ~inverted | (y != hi_2), above)),
@@ -480,10 +483,10 @@ class VectorAlu(wiring.Component):
         # Stage 1: input registers. A REQUANT row goes from its register to the lane
         # multipliers; a word has its operands prepared in stage 2 first.
         s1 = _register(m, self.i.payload, "s1")
-        s1_valid = _register(m, self.i.valid, "s1_valid")
+        s1_valid = _register(m, self.i.valid, "s1_valid", reset_less=False)
         s1_regs = _register(m, self.regs, "s1_regs")
         row = _register(m, self.rq.payload, "row")
-        row_valid = _register(m, self.rq.valid, "row_valid")
+        row_valid = _register(m, self.rq.valid, "row_valid", reset_less=False)
 
         # Stage 2: operands and reductions.
         op = s1.op
@@ -491,9 +494,12 @@ class VectorAlu(wiring.Component):
         s2_valid = Signal(name="s2_valid")
         m.d.sync += s2_valid.eq(s1_valid & (~reduction | s1.last))
 
-        opa = Signal(data.ArrayLayout(signed(16), lanes), name="s2_opa")   # x MULT_A
-        opb = Signal(data.ArrayLayout(signed(9), lanes), name="s2_opb")    # x MULT_B
-        word = Signal(data.ArrayLayout(signed(8), lanes), name="s2_word")  # unscaled results
+        opa = Signal(data.ArrayLayout(signed(16), lanes), name="s2_opa",   # x MULT_A
+                     reset_less=True)
+        opb = Signal(data.ArrayLayout(signed(9), lanes), name="s2_opb",    # x MULT_B
+                     reset_less=True)
+        word = Signal(data.ArrayLayout(signed(8), lanes), name="s2_word",  # unscaled results
+                      reset_less=True)
 
         a = [s1.a[j] for j in range(lanes)]
         zp_a = s1_regs.zp_a
@@ -542,7 +548,7 @@ class VectorAlu(wiring.Component):
         m_column = beside_tree(s1.column, "m_column")
         in_tree = [s1_valid & ((op == VectorOp.VCMP) | (op == VectorOp.VARGMAX))]
         for k in range(tree):
-            in_tree.append(_register(m, in_tree[-1], f"m{k + 1}_valid"))
+            in_tree.append(_register(m, in_tree[-1], f"m{k + 1}_valid", reset_less=False))
         m_vargmax = _wire(m, in_tree[-1] & beside_tree(op == VectorOp.VARGMAX, "m_is_vargmax"),
                           "m_vargmax")
         m_vcmp = _wire(m, in_tree[-1] & ~m_vargmax, "m_vcmp")
@@ -574,7 +580,7 @@ class VectorAlu(wiring.Component):
 
         # The stage after the merge: VCMP's comparison and VARGMAX's test, on what the
         # merge left in cmp_max and best_index.
-        f_vargmax = _register(m, m_vargmax, "f_vargmax")
+        f_vargmax = _register(m, m_vargmax, "f_vargmax", reset_less=False)
         f_cmp = _delay(m, s1.cmp, tree + 1, "f_cmp")
         f_imm = _delay(m, s1.imm, tree + 1, "f_imm")
         f_expect = _delay(m, s1.expect, tree + 1, "f_expect")
@@ -632,7 +638,8 @@ class VectorAlu(wiring.Component):
         scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
         row_valids = [row_valid]                # row_valids[k]: stage 1 + k
         for k in range(1, self.REQUANT_LATENCY):
-            row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid"))
+            row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid",
+                                        reset_less=False))
         m.d.comb += [
             self.rq_o.valid.eq(row_valids[-1]),
             self.rq_o.payload.value.eq(Cat(*scaled)),
@@ -642,7 +649,7 @@ class VectorAlu(wiring.Component):
         # Stage 8: output register; pairs leave the upper half of the lanes 0.
         valid = [s2_valid]                      # valid[k]: stage 2 + k
         for k in range(1, 6):
-            valid.append(_register(m, valid[-1], f"s{k + 2}_valid"))
+            valid.append(_register(m, valid[-1], f"s{k + 2}_valid", reset_less=False))
         s7_valid = valid[5]
         s7_op = _delay(m, s2_op, 5, "op")
         s7_scaled = _delay(m, s2_scaled, 5, "scaled")
