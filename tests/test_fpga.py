@@ -368,7 +368,7 @@ def test_ice40_pll_agrees_with_icepll(f_out):
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("name, clock_mhz", [
     pytest.param("ulx3s-85f", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile does not close timing at 100 MHz yet (about 36 MHz "
+        strict=True, reason="the tile does not close timing at 100 MHz yet (32 to 36 MHz "
                             "after placement), nor route: see docs/fpga.md")),
     pytest.param("ulx3s-85f", 15, marks=pytest.mark.xfail(
         strict=True, reason="places within 15 MHz (as within 30), but nextpnr's router "
