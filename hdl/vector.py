@@ -631,10 +631,12 @@ class VectorAlu(wiring.Component):
                               [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
                               f"prod{j}")
                  for j in range(lanes)]
-        params = [Mux(rows, getattr(row, f), getattr(s2_regs, g)) for f, g in
-                  (("shift", "shift"), ("zp", "zp_out"), ("lo", "lo"), ("hi", "hi"))]
-        shift, zp, lo, hi = (_delay(m, p, 2, f"scale_{f}") for p, f in
-                             zip(params, ("shift", "zp", "lo", "hi")))
+        shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), 2, f"scale_{name}")
+                             for of_row, of_word, name in (
+                                 (row.shift, s2_regs.shift, "shift"),
+                                 (row.zp, s2_regs.zp_out, "zp"),
+                                 (row.lo, s2_regs.lo, "lo"),
+                                 (row.hi, s2_regs.hi, "hi")))
         scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
         row_valids = [row_valid]                # row_valids[k]: stage 1 + k
         for k in range(1, self.REQUANT_LATENCY):
