@@ -481,8 +481,14 @@ class VectorAlu(wiring.Component):
         m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]
 
         # Stage 1: input registers. A REQUANT row goes from its register to the lane
-        # multipliers; a word has its operands prepared in stage 2 first.
-        s1 = _register(m, self.i.payload, "s1")
+        # multipliers; a word has its operands prepared in stage 2 first. The word is
+        # loaded only with its valid bit: loaded every cycle, its register would equal
+        # the MAC array's operand register (both take the scratchpad's operand words),
+        # Yosys would merge the two, and one flip-flop would feed both units from
+        # wherever the placer puts it (the ULX3S build's worst path did that).
+        s1 = Signal(self.i.payload.shape(), name="s1", reset_less=True)
+        with m.If(self.i.valid):
+            m.d.sync += s1.eq(self.i.payload)
         s1_valid = _register(m, self.i.valid, "s1_valid", reset_less=False)
         s1_regs = _register(m, self.regs, "s1_regs")
         row = _register(m, self.rq.payload, "row")
