@@ -510,24 +510,36 @@ class VectorAlu(wiring.Component):
         a = [s1.a[j] for j in range(lanes)]
         zp_a = s1_regs.zp_a
 
-        # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max.
+        # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max. Arranged
+        # for depth (the merge was the ULX3S build's longest logic): the sum adds the
+        # accumulator (none on the first word) and the zero-point term beside the
+        # inputs' own sum, two adders deep; the maximum compares its three candidates
+        # pairwise at once and picks by the three results.
+        neg_zp = _register(m, -self.regs.zp_a, "s1_neg_zp")
+        neg_2zp = _register(m, -2 * self.regs.zp_a, "s1_neg_2zp")
+        pair_zp = _wire(m, Mux(s1.pairs, neg_2zp, neg_zp), "pool_pair_zp")
         pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
         pooled = []
         for j in range(lanes):
-            if j < half:
-                x0, x1 = a[2 * j], a[2 * j + 1]
-                pair_sum = (x0 - zp_a) + (x1 - zp_a)
-                pair_max = _max(m, x0, x1, f"pair_max{j}")
-                part_sum = Mux(s1.pairs, pair_sum, a[j] - zp_a)
-                part_max = Mux(s1.pairs, pair_max, a[j])
-            else:
-                part_sum = a[j] - zp_a
-                part_max = a[j]
-            part = _wire(m, Mux(s1.average, part_sum, part_max), f"pool_part{j}")
             acc = pool[j]
-            acc_max = _max(m, acc, part, f"pool_max{j}")
+            if j < half:        # the pair (2j, 2j+1) with `pairs`, else lane j alone
+                u = _wire(m, Mux(s1.pairs, a[2 * j], a[j]), f"pool_u{j}")
+                v = _wire(m, Mux(s1.pairs, a[2 * j + 1], a[j]), f"pool_v{j}")
+                inputs = u + Mux(s1.pairs, v, 0)
+                zp_term = pair_zp
+            else:
+                u = v = a[j]
+                inputs = u
+                zp_term = neg_zp
+            base = _wire(m, Mux(s1.first, 0, acc) + zp_term, f"pool_base{j}")
+            # x >= y as the sign of x - y: a carry chain, where a comparison is mapped
+            # to some levels of LUTs.
+            u_ge_v = ~(u - v)[-1]
+            take_u = u_ge_v & (s1.first | ~(u - acc)[-1])
+            take_v = ~u_ge_v & (s1.first | ~(v - acc)[-1])
             merged = Signal(signed(16), name=f"pooled{j}")
-            m.d.comb += merged.eq(Mux(s1.first, part, Mux(s1.average, acc + part, acc_max)))
+            m.d.comb += merged.eq(Mux(s1.average, base + inputs,
+                                      Mux(take_u, u, Mux(take_v, v, acc))))
             pooled.append(merged)
         with m.If(s1_valid & (op == VectorOp.VPOOL)):
             m.d.sync += pool.eq(Cat(*pooled))
