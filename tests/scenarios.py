@@ -369,6 +369,17 @@ def branch_jump_switch(dev):
     err = _fault(dev, [_plan(PlanOp.JUMP, a=dev.config.plan_depth), done()])
     assert err.cause == FaultCause.PLAN_RANGE and err.addr == dev.config.plan_depth
     dev.clear_fault()
+    # A branch past the bank faults when taken and only then; so does a SWITCH
+    # whose table entry is past it.
+    past = dev.config.plan_depth + 3
+    _run(dev, [_plan(PlanOp.BRANCH, sel=0, cond=1, a=past), mark(0x600D), done()])
+    assert int(dev.regs.MARK.read().value) == 0x600D
+    err = _fault(dev, [_plan(PlanOp.BRANCH, sel=0, cond=0, a=past), done()])
+    assert err.cause == FaultCause.PLAN_RANGE and err.addr == past
+    dev.clear_fault()
+    err = _fault(dev, [_plan(PlanOp.SWITCH, sel=0, a=past, b=1), done()])
+    assert err.cause == FaultCause.PLAN_RANGE and err.addr == past
+    dev.clear_fault()
     err = _fault(dev, [_plan(PlanOp.COMMIT), done()])
     assert err.cause == FaultCause.ILLEGAL_PLAN
 
