@@ -24,7 +24,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
-from .compare import ge, lt
+from .compare import lt
 
 
 __all__ = ["SpadPortSignature", "Scratchpad"]
