@@ -336,27 +336,13 @@ class ControlUnit(wiring.Component):
             fetched_taken.eq(self.flags.bit_select(fetched.sel[:3], 1) == fetched.cond[0]),
             fetched_target.eq(next_pc),
         ]
-        # Whether the target is past the bank, worked out beside the target rather
-        # than from it (that went from the store's output through `fetched_taken` and
-        # the target's multiplexer, a long path): the bank's size is a power of two,
-        # so it is whether a bit above it is set, and BRANCH picks one of two answers.
-        def past_bank(pc):
-            return pc[cfg.plan_depth.bit_length() - 1:].any()
-        switch_target = Signal(25)
-        fetched_outside = Signal()
-        m.d.comb += [switch_target.eq(fetched.a + fetched_where),
-                     fetched_outside.eq(past_bank(next_pc))]
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
-                m.d.comb += [fetched_target.eq(fetched.a),
-                             fetched_outside.eq(past_bank(fetched.a))]
+                m.d.comb += fetched_target.eq(fetched.a)
             with m.Case(PlanOp.BRANCH):
-                m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc)),
-                             fetched_outside.eq(Mux(fetched_taken, past_bank(fetched.a),
-                                                    past_bank(next_pc)))]
+                m.d.comb += fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc))
             with m.Case(PlanOp.SWITCH):
-                m.d.comb += [fetched_target.eq(switch_target),
-                             fetched_outside.eq(past_bank(switch_target))]
+                m.d.comb += fetched_target.eq(fetched.a + fetched_where)
         # Whether the instruction is illegal: an operand out of its range, or ASSUME,
         # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
         # change between the fetch and the execution either: only a miss changes it
@@ -394,7 +380,7 @@ class ControlUnit(wiring.Component):
                 where_outside.eq(fetched_where >= fetched.b),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
-                goto_outside.eq(fetched_outside),
+                goto_outside.eq(fetched_target >= cfg.plan_depth),
             ]
 
         # -- the operand check of compute micro-instructions ------------------------------

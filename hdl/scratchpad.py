@@ -24,7 +24,6 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
-from .compare import lt
 
 
 __all__ = ["SpadPortSignature", "Scratchpad"]
@@ -194,7 +193,7 @@ class Scratchpad(wiring.Component):
             room = Signal(17, name=f"part{p}_room")      # words from base to the end
             limit = Signal(17, name=f"part{p}_limit")
             m.d.comb += room.eq(Mux(base < cfg.spad_words, cfg.spad_words - base, 0))
-            m.d.sync += limit.eq(Mux(lt(length, room), length, room))
+            m.d.sync += limit.eq(Mux(length < room, length, room))
             limits.append(limit)
         return Array(limits)
 

@@ -39,7 +39,6 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import CmpOp
-from .compare import ge, gt, lt
 
 
 __all__ = [
@@ -136,7 +135,7 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     zp_1 = _register(m, zp, f"{name}_zp")
     lo_1, hi_1 = _register(m, lo, f"{name}_lo_d1"), _register(m, hi, f"{name}_hi_d1")
     lo_2, hi_2 = _register(m, lo_1, f"{name}_lo_d2"), _register(m, hi_1, f"{name}_hi_d2")
-    inverted = _register(m, gt(lo_1, hi_1), f"{name}_inverted")     # lo_2 > hi_2
+    inverted = _register(m, lo_1 > hi_1, f"{name}_inverted")     # lo_2 > hi_2
     mask = Signal(32, name=f"{name}_mask")     # the bits of p >> 30 below t[0]
     m.d.comb += mask.eq((Const(1, 1) << shift) - 1)
     values, saturated = [], []
@@ -156,8 +155,8 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
         # min(max(y, lo), hi) from three comparisons side by side rather than two
         # chained through a multiplexer (which made this stage one of the tile's
         # longest paths): below lo, it is lo, or hi if lo > hi; above hi, it is hi.
-        below = _wire(m, lt(y, lo_2), f"{name}{lane}_below")
-        above = _wire(m, gt(y, hi_2), f"{name}{lane}_above")
+        below = _wire(m, y < lo_2, f"{name}{lane}_below")
+        above = _wire(m, y > hi_2, f"{name}{lane}_above")
         to_hi = _wire(m, Mux(below, inverted, above), f"{name}{lane}_to_hi")
         value = Signal(signed(8), name=f"{name}{lane}_value", reset_less=True)
         sat = Signal(name=f"{name}{lane}_sat", reset_less=True)     # the clamp changed y
@@ -318,7 +317,7 @@ def vector_output_layout(lanes):
 
 
 def _max(m, a, b, name):
-    return _wire(m, Mux(gt(b, a), b, a), name)
+    return _wire(m, Mux(b > a, b, a), name)
 
 
 def _argmax(m, values, stages, name):
@@ -337,7 +336,7 @@ def _argmax(m, values, stages, name):
         for k in range(0, len(level) - 1, 2):
             (va, ia), (vb, ib) = level[k], level[k + 1]
             # Left holds the lower indices: it keeps ties.
-            take_b = gt(vb, va)
+            take_b = vb > va
             pairs.append((Mux(take_b, vb, va), Mux(take_b, ib, ia)))
         if len(level) % 2:
             pairs.append(level[-1])
@@ -511,34 +510,24 @@ class VectorAlu(wiring.Component):
         a = [s1.a[j] for j in range(lanes)]
         zp_a = s1_regs.zp_a
 
-        # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max. Arranged
-        # for depth (the merge was the ULX3S build's longest logic): the sum adds the
-        # accumulator (none on the first word) and the zero-point term beside the
-        # inputs' own sum, two adders deep; the maximum compares its three candidates
-        # pairwise at once and picks by the three results.
-        neg_zp = _register(m, -self.regs.zp_a, "s1_neg_zp")
-        neg_2zp = _register(m, -2 * self.regs.zp_a, "s1_neg_2zp")
-        pair_zp = _wire(m, Mux(s1.pairs, neg_2zp, neg_zp), "pool_pair_zp")
+        # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max.
         pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
         pooled = []
         for j in range(lanes):
-            acc = pool[j]
-            if j < half:        # the pair (2j, 2j+1) with `pairs`, else lane j alone
-                u = _wire(m, Mux(s1.pairs, a[2 * j], a[j]), f"pool_u{j}")
-                v = _wire(m, Mux(s1.pairs, a[2 * j + 1], a[j]), f"pool_v{j}")
-                inputs = u + Mux(s1.pairs, v, 0)
-                zp_term = pair_zp
+            if j < half:
+                x0, x1 = a[2 * j], a[2 * j + 1]
+                pair_sum = (x0 - zp_a) + (x1 - zp_a)
+                pair_max = _max(m, x0, x1, f"pair_max{j}")
+                part_sum = Mux(s1.pairs, pair_sum, a[j] - zp_a)
+                part_max = Mux(s1.pairs, pair_max, a[j])
             else:
-                u = v = a[j]
-                inputs = u
-                zp_term = neg_zp
-            base = _wire(m, Mux(s1.first, 0, acc) + zp_term, f"pool_base{j}")
-            u_ge_v = ge(u, v)
-            take_u = u_ge_v & (s1.first | ge(u, acc))
-            take_v = ~u_ge_v & (s1.first | ge(v, acc))
+                part_sum = a[j] - zp_a
+                part_max = a[j]
+            part = _wire(m, Mux(s1.average, part_sum, part_max), f"pool_part{j}")
+            acc = pool[j]
+            acc_max = _max(m, acc, part, f"pool_max{j}")
             merged = Signal(signed(16), name=f"pooled{j}")
-            m.d.comb += merged.eq(Mux(s1.average, base + inputs,
-                                      Mux(take_u, u, Mux(take_v, v, acc))))
+            m.d.comb += merged.eq(Mux(s1.first, part, Mux(s1.average, acc + part, acc_max)))
             pooled.append(merged)
         with m.If(s1_valid & (op == VectorOp.VPOOL)):
             m.d.sync += pool.eq(Cat(*pooled))
@@ -587,7 +576,7 @@ class VectorAlu(wiring.Component):
         packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
         this_value = _wire(m, Mux(m_column, m_lane, word_max), "argmax_this_value")
         this_index = _wire(m, Mux(m_column, this_word, packed_index), "argmax_this_index")
-        take = _wire(m, m_first | gt(this_value, best_value), "argmax_take")
+        take = _wire(m, m_first | (this_value > best_value), "argmax_take")
         with m.If(m_vargmax):
             m.d.sync += [
                 word_no.eq(this_word + 1),
@@ -607,11 +596,11 @@ class VectorAlu(wiring.Component):
         with m.Else():
             with m.Switch(f_cmp):
                 with m.Case(CmpOp.GE):
-                    m.d.sync += flag.eq(ge(cmp_max, f_imm))
+                    m.d.sync += flag.eq(cmp_max >= f_imm)
                 with m.Case(CmpOp.GT):
-                    m.d.sync += flag.eq(gt(cmp_max, f_imm))
+                    m.d.sync += flag.eq(cmp_max > f_imm)
                 with m.Case(CmpOp.LT):
-                    m.d.sync += flag.eq(lt(cmp_max, f_imm))
+                    m.d.sync += flag.eq(cmp_max < f_imm)
                 with m.Case(CmpOp.EQ):
                     m.d.sync += flag.eq(cmp_max == f_imm)
 
@@ -632,8 +621,8 @@ class VectorAlu(wiring.Component):
                     ]
             with m.Case(VectorOp.VCLAMP):
                 for j in range(lanes):
-                    floor = Mux(lt(a[j], s1.lo), s1.lo, a[j])
-                    m.d.sync += word[j].eq(Mux(gt(floor, s1.hi), s1.hi, floor))
+                    floor = Mux(a[j] < s1.lo, s1.lo, a[j])
+                    m.d.sync += word[j].eq(Mux(floor > s1.hi, s1.hi, floor))
 
         s2_op = _register(m, op, "s2_op")
         s2_pairs = _register(m, s1.pairs, "s2_pairs")
