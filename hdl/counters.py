@@ -1,38 +1,94 @@
-"""Performance counters: 64-bit event counters with freeze and clear."""
+"""Performance counters: 64-bit event counters kept in a block RAM, with freeze and clear.
 
-from amaranth.hdl import Module, Mux, Signal
+A tile has some 80 counters. As flip-flops with a 64-bit adder each they took a fifth
+of the ULX3S build (5,153 flip-flops, 2,528 carry cells) and, through the register
+read multiplexer over all of them, a tenth more; the iCE40UP5K has 5,280 logic cells
+in all. Here each counter is a narrow *pending* count in flip-flops, and a scanner
+adds one pending count per cycle into a 64-bit word of a RAM, the way network
+switches keep their statistics. A read adds the RAM word and the pending count of its
+counter, through the same pipeline.
+"""
+
+from collections.abc import Mapping
+
+from amaranth.hdl import Array, Const, Module, Mux, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
 
 
-__all__ = ["PerfCounters"]
+__all__ = ["CounterReadSignature", "PerfCounters"]
+
+
+class CounterReadSignature(wiring.Signature):
+    """A port that reads one 64-bit counter at a time, from the reader's side.
+
+    The reader pulses ``stb`` for one cycle with the counter's ``index``; some cycles
+    later ``ack`` pulses for one cycle with its value in ``data``. The reader sends the
+    next ``stb`` only after the ``ack``.
+
+    Parameters
+    ----------
+    count : int
+        Counters behind the port (``index`` is ``range(count)``).
+
+    Members
+    -------
+    stb : Out(1)
+    index : Out(range(count))
+    ack : In(1)
+    data : In(64)
+    """
+
+    def __init__(self, *, count):
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise TypeError(f"count must be a positive integer, not {count!r}")
+        self.count = count
+        super().__init__({
+            "stb":   Out(1),
+            "index": Out(range(count)),
+            "ack":   In(1),
+            "data":  In(64),
+        })
+
+    def __eq__(self, other):
+        return isinstance(other, CounterReadSignature) and self.count == other.count
+
+    def __repr__(self):
+        return f"CounterReadSignature(count={self.count})"
 
 
 class PerfCounters(wiring.Component):
-    """A set of named 64-bit counters.
+    """A set of named 64-bit counters, read one at a time through :attr:`read`.
 
-    The host reads them through the CSR bank, which latches the high word on a read of
-    the low word; ``freeze`` stops every counter at once so a whole set can be read
-    consistently.
+    Counting is exact: a counter's value is every increment from its last ``clear``,
+    less those made while ``freeze`` was high. ``freeze`` and ``clear`` act on the
+    events of their own cycle: an event in the cycle before a freeze is counted, one
+    in a clear's cycle is not.
 
-    Increments are registered before they are added: an event shows in its counter
-    one cycle after the cycle it happened in, so that the logic which decides an
-    event (the control unit's stall and fault decisions, the scratchpad's
-    arbitration) and the 64-bit adder are not one path. ``freeze`` and ``clear`` act
-    on the events of their own cycle, as if counting were immediate: an event in the
-    cycle before a freeze is still counted (in the freeze's first cycle), one in a
-    clear's cycle is not. The counters named in ``immediate`` add in the cycle of the
-    increment (``CYCLES``, whose increment is a constant and whose value the control
-    unit stamps into trace records).
+    How: each counter's increments gather in a pending count. Every cycle one step of
+    a three-stage pipeline runs. A *flush* step, taken by a scanner going round the
+    counters, adds a counter's pending count to its RAM word and restarts the pending
+    count; a *read* step (for :attr:`read`) adds them without writing. A read step is
+    taken only after a flush step and never on a counter whose flush is in flight, so
+    a counter is flushed at least once every ``2 * max(counters, 3)`` cycles; that
+    bounds its pending count to its increment's width plus that many cycles' bits.
+    ``clear`` zeroes the pending counts and marks every RAM word stale (read as 0 until
+    its next flush), so it takes effect at once.
+
+    A read's value counts the events up to a cycle between the ``stb`` and the ``ack``
+    (4 to 6 cycles later; 2 for a counter in a register). Counters named in ``immediate`` are plain 64-bit registers
+    instead, readable every cycle through :attr:`value` (``CYCLES``, which the control
+    unit stamps into trace records); they count the increment of their own cycle.
 
     Parameters
     ----------
     names : iterable of str
-        Counter names, unique.
-    inc_width : int
-        Width of each counter's per-cycle increment.
+        Counter names, unique; a counter's :attr:`read` index is its position.
+    inc_width : int or mapping of str to int
+        Width of each counter's per-cycle increment (one width for all, or per name).
     immediate : iterable of str
-        Names of counters whose increments are not registered.
+        Names of counters kept in registers.
 
     Attributes
     ----------
@@ -40,46 +96,162 @@ class PerfCounters(wiring.Component):
         While high, no event is counted.
     clear : In(1)
         Zero every counter (wins over increments; works while frozen).
-    inc : dict of str to Signal(inc_width)
+    read : In(CounterReadSignature(count=len(names)))
+        Reads a counter; an index past the last counter reads 0.
+    inc : dict of str to Signal
         Amount added to each counter this cycle; driven by the parent (0 if undriven).
     value : dict of str to Signal(64)
-        Current value of each counter.
-    """
+        Current value of each immediate counter.
 
-    freeze: In(1)
-    clear: In(1)
+    Raises
+    ------
+    ValueError
+        If a name repeats, an increment width is not from 1 to 32 (or a mapping
+        misses or adds names), or ``immediate`` names a counter that does not exist.
+    """
 
     def __init__(self, names, *, inc_width=8, immediate=()):
         names = list(names)
-        if len(set(names)) != len(names):
-            raise ValueError(f"Counter names must be unique, not {names!r}")
-        if not isinstance(inc_width, int) or not 1 <= inc_width <= 32:
-            raise ValueError(f"inc_width must be an integer from 1 to 32, not {inc_width!r}")
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"Counter names must be unique and at least one, not {names!r}")
+        if isinstance(inc_width, Mapping):
+            if set(inc_width) != set(names):
+                raise ValueError(f"inc_width must give a width for each counter and no other, "
+                                 f"not for {sorted(inc_width)!r}")
+            widths = dict(inc_width)
+        else:
+            widths = dict.fromkeys(names, inc_width)
+        for width in widths.values():
+            if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= 32:
+                raise ValueError(f"inc_width must be an integer from 1 to 32, not {width!r}")
         unknown = set(immediate) - set(names)
         if unknown:
             raise ValueError(f"immediate names counters that do not exist: {sorted(unknown)!r}")
         self.names = names
         self.immediate = frozenset(immediate)
-        self.inc = {n: Signal(inc_width, name=f"inc_{_ident(n)}") for n in names}
-        self.value = {n: Signal(64, name=f"ctr_{_ident(n)}") for n in names}
-        super().__init__()
+        self.inc = {n: Signal(widths[n], name=f"inc_{_ident(n)}") for n in names}
+        self.value = {n: Signal(64, name=f"ctr_{_ident(n)}") for n in names
+                      if n in self.immediate}
+        super().__init__({
+            "freeze": In(1),
+            "clear":  In(1),
+            "read":   In(CounterReadSignature(count=len(names))),
+        })
 
     def elaborate(self, platform):
         m = Module()
-        for n in self.names:
-            if n in self.immediate:
-                with m.If(self.clear):
-                    m.d.sync += self.value[n].eq(0)
-                with m.Elif(~self.freeze):
-                    m.d.sync += self.value[n].eq(self.value[n] + self.inc[n])
-            else:
-                staged = Signal.like(self.inc[n], name=f"staged_{_ident(n)}")
-                m.d.sync += staged.eq(Mux(self.freeze | self.clear, 0, self.inc[n]))
-                with m.If(self.clear):
-                    m.d.sync += self.value[n].eq(0)
-                with m.Else():
-                    m.d.sync += self.value[n].eq(self.value[n] + staged)
+        rd = self.read
+        in_ram = [n for n in self.names if n not in self.immediate]
+        in_regs = [n for n in self.names if n in self.immediate]
+
+        def counted(n):
+            return Mux(self.freeze | self.clear, 0, self.inc[n])
+
+        for n in in_regs:
+            with m.If(self.clear):
+                m.d.sync += self.value[n].eq(0)
+            with m.Elif(~self.freeze):
+                m.d.sync += self.value[n].eq(self.value[n] + self.inc[n])
+
+        # The read request, held until it is answered. ``req_slot`` is the counter's
+        # RAM word, or (``req_reg``) its register; past the last counter it is a
+        # register slot that reads 0.
+        req = Signal()
+        req_reg = Signal()
+        req_slot = Signal(range(max(len(in_ram), len(in_regs) + 1)))
+        m.d.sync += rd.ack.eq(0)
+        with m.If(req & req_reg):
+            values = Array([self.value[n] for n in in_regs] + [Const(0, 64)])
+            m.d.sync += [rd.data.eq(values[req_slot]), rd.ack.eq(1), req.eq(0)]
+
+        if in_ram:
+            self._elaborate_ram(m, in_ram, counted, req, req_reg, req_slot)
+
+        with m.If(rd.stb):
+            m.d.sync += [req.eq(1), req_reg.eq(1), req_slot.eq(len(in_regs))]
+            with m.Switch(rd.index):
+                for i, n in enumerate(self.names):
+                    with m.Case(i):
+                        if n in self.immediate:
+                            m.d.sync += req_slot.eq(in_regs.index(n))
+                        else:
+                            m.d.sync += [req_reg.eq(0), req_slot.eq(in_ram.index(n))]
         return m
+
+    def _elaborate_ram(self, m, in_ram, counted, req, req_reg, req_slot):
+        rd = self.read
+        # At least three words, so that a word's flush has been written before the
+        # scanner comes back to it (the unused words are never written).
+        slots = max(len(in_ram), 3)
+        extra = (2 * slots).bit_length()
+        pending = [Signal(len(self.inc[n]) + extra, name=f"pend_{_ident(n)}") for n in in_ram]
+        stale = Signal(slots, init=(1 << slots) - 1)
+        scan = Signal(range(slots))
+        last_read = Signal()
+
+        m.submodules.ram = ram = Memory(shape=64, depth=slots, init=[])
+        wr = ram.write_port()
+        rp = ram.read_port()
+
+        # Stage 1: the RAM word is being read; stage 2: it is added and written back
+        # (a flush) or returned (a read).
+        s1_slot, s2_slot = Signal.like(scan), Signal.like(scan)
+        s1_flush, s2_flush = Signal(), Signal()
+        s1_read, s2_read = Signal(), Signal()
+        s1_stale = Signal()
+        s1_pend = Signal(max(len(p) for p in pending))
+        s2_pend = Signal.like(s1_pend)
+        s2_word = Signal(64)
+
+        in_flight = ((s1_flush & (s1_slot == req_slot)) | (s2_flush & (s2_slot == req_slot)))
+        reading = Signal()
+        slot = Signal.like(scan)
+        m.d.comb += [
+            reading.eq(req & ~req_reg & ~last_read & ~in_flight),
+            slot.eq(Mux(reading, req_slot, scan)),
+            rp.addr.eq(slot),
+        ]
+        m.d.sync += [
+            s1_slot.eq(slot),
+            s1_flush.eq(~reading & (scan < len(in_ram))),
+            s1_read.eq(reading),
+            s1_stale.eq(stale.bit_select(slot, 1)),
+            s1_pend.eq(Array(pending + [Const(0)] * (slots - len(pending)))[slot]),
+            last_read.eq(reading),
+        ]
+        with m.If(reading):
+            m.d.sync += req.eq(0)
+        with m.Else():
+            m.d.sync += scan.eq(Mux(scan == slots - 1, 0, scan + 1))
+
+        for i, (n, p) in enumerate(zip(in_ram, pending)):
+            with m.If(self.clear):
+                m.d.sync += p.eq(0)
+            with m.Elif(~reading & (scan == i)):
+                m.d.sync += p.eq(counted(n))
+            with m.Else():
+                m.d.sync += p.eq(p + counted(n))
+        with m.If(self.clear):
+            m.d.sync += stale.eq((1 << slots) - 1)
+        with m.Elif(~reading):
+            m.d.sync += stale.eq(stale & ~(Const(1, slots) << scan))
+
+        m.d.sync += [
+            s2_slot.eq(s1_slot),
+            s2_flush.eq(s1_flush),
+            s2_read.eq(s1_read),
+            s2_word.eq(Mux(s1_stale, 0, rp.data)),
+            s2_pend.eq(s1_pend),
+        ]
+        total = Signal(64)
+        m.d.comb += [
+            total.eq(s2_word + s2_pend),
+            wr.addr.eq(s2_slot),
+            wr.data.eq(total),
+            wr.en.eq(s2_flush),
+        ]
+        with m.If(s2_read):
+            m.d.sync += [rd.data.eq(total), rd.ack.eq(1)]
 
 
 def _ident(name):

@@ -13,6 +13,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from . import wishbone
+from .counters import CounterReadSignature
 from .registers import Access, MemoryMap
 
 
@@ -28,13 +29,14 @@ class CsrBank(wiring.Component):
 
     The bank takes the registers and counters of ``memory_map`` that lie in the CSR
     window ``[0, 4 << addr_width)`` bytes (other entries, such as memory windows, are
-    ignored). Every access is answered one cycle after it is seen, with exactly one of
-    ``ack`` or ``err``:
+    ignored). Every access is answered with exactly one of ``ack`` or ``err``, one cycle
+    after it is seen (a counter's low word: one cycle after the counters answer):
 
     * a read of a register ACKs with its value (W1 fields read as 0);
-    * a read of a counter's ``_LO`` word ACKs with bits [31:0] of the live value and
-      latches bits [63:32] into a shadow register shared by all counters; a read of
-      a ``_HI`` word ACKs with the shadow, so reading LO then HI is atomic;
+    * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter and
+      ACKs with bits [31:0] of its value the cycle after the answer, latching bits
+      [63:32] into a shadow register shared by all counters; a read of a ``_HI`` word
+      ACKs with the shadow, so reading LO then HI is atomic;
     * a write ACKs and updates the register's RW fields and pulses its W1 fields, if
       the register has a writable field, ``sel`` is ``0b1111`` and the register's
       :attr:`refuse` signal is low; a refused write is answered with ERR, leaves the
@@ -67,8 +69,11 @@ class CsrBank(wiring.Component):
     refuse : dict of str to Signal
         For registers with a writable field: ``Signal(1)``, driven by the parent; while
         it is high, writes to the register are refused.
-    counters : dict of str to Signal
-        ``Signal(64)`` per counter, driven by the parent with the live count.
+    counter_read : Out(CounterReadSignature(count=len(counter_names)))
+        Reads a counter by its index in :attr:`counter_names` (present only if the
+        window holds a counter); connect to :class:`~fusetile.hdl.counters.PerfCounters`.
+    counter_names : list of str
+        The counters in the window, in memory-map order.
 
     Raises
     ------
@@ -107,14 +112,16 @@ class CsrBank(wiring.Component):
                 self.read_strobe[reg.name] = Signal(name=_signal_name("csr", reg.name, "rstb"))
             if reg.writable:
                 self.refuse[reg.name] = Signal(name=_signal_name("csr", reg.name, "refuse"))
-        self.counters = {e.item.name: Signal(64, name=_signal_name("ctr", e.item.name))
-                         for e in self._counters}
+        self.counter_names = [e.item.name for e in self._counters]
 
-        super().__init__({
+        members = {
             "bus": In(wishbone.Signature(addr_width=addr_width)),
             "refused": Out(1),
             "refused_addr": Out(addr_width),
-        })
+        }
+        if self._counters:
+            members["counter_read"] = Out(CounterReadSignature(count=len(self._counters)))
+        super().__init__(members)
 
     def _read_value(self, reg):
         """The 32-bit value a read of ``reg`` returns."""
@@ -133,6 +140,8 @@ class CsrBank(wiring.Component):
 
         # The high word of the last counter whose LO word was read.
         shadow = Signal(32)
+        # A counter's LO word is being read: the access waits for the counters.
+        counting = Signal()
 
         m.d.sync += [bus.ack.eq(0), bus.err.eq(0), self.refused.eq(0)]
         m.d.sync += [strobe.eq(0) for strobe in self.read_strobe.values()]
@@ -146,7 +155,14 @@ class CsrBank(wiring.Component):
 
         # An access is answered in the cycle after it is seen; the cycle of the answer
         # is ignored so that the same access is not answered twice.
-        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err):
+        if self._counters:
+            ctr = self.counter_read
+            m.d.sync += ctr.stb.eq(0)
+            with m.If(counting & ctr.ack):
+                answer_read(ctr.data[:32])
+                m.d.sync += [shadow.eq(ctr.data[32:]), counting.eq(0)]
+
+        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting):
             with m.Switch(bus.adr):
                 for entry in self._registers:
                     reg = entry.item
@@ -168,12 +184,10 @@ class CsrBank(wiring.Component):
                             with m.Else():
                                 m.d.sync += bus.err.eq(1)
 
-                for entry in self._counters:
-                    live = self.counters[entry.item.name]
+                for index, entry in enumerate(self._counters):
                     with m.Case(entry.addr // 4):
                         with m.If(~bus.we):
-                            answer_read(live[:32])
-                            m.d.sync += shadow.eq(live[32:])
+                            m.d.sync += [ctr.stb.eq(1), ctr.index.eq(index), counting.eq(1)]
                         with m.Else():
                             m.d.sync += bus.err.eq(1)
                     with m.Case(entry.addr // 4 + 1):

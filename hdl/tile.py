@@ -1,6 +1,6 @@
 """The fusetile tile: everything behind one Wishbone register interface."""
 
-from amaranth.hdl import Module, Signal, Const
+from amaranth.hdl import Const, Module, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -83,9 +83,6 @@ class Tile(wiring.Component):
         m.submodules.control = ctrl = ControlUnit(cfg)
         m.submodules.compute = compute = ComputeUnit(cfg)
         m.submodules.trace = trace = TraceFifo(cfg.trace_depth)
-        counter_names = [e.item.name for e in mm.counters()]
-        m.submodules.counters = counters = PerfCounters(counter_names, inc_width=16,
-                                                        immediate=["CYCLES"])
 
         # -- bus fabric -------------------------------------------------------------
         m.submodules.decoder = dec = wishbone.Decoder(addr_width=ADDR_WIDTH - 2)
@@ -155,7 +152,6 @@ class Tile(wiring.Component):
 
             trace.push.eq(ctrl.trace_push),
             trace.record.eq(ctrl.trace_record),
-            ctrl.cycles.eq(counters.value["CYCLES"][:32]),
         ]
 
         # -- registers ------------------------------------------------------------------
@@ -250,10 +246,6 @@ class Tile(wiring.Component):
 
         # -- performance counters -------------------------------------------------------
         ev = ctrl.events
-        m.d.comb += [
-            counters.freeze.eq(f["PERF_CTRL"]["freeze"]),
-            counters.clear.eq(f["PERF_CTRL"]["clear"]),
-        ]
         increments = {
             "cycles":         Const(1),
             "active_cycles":  ev.active,
@@ -280,30 +272,33 @@ class Tile(wiring.Component):
             "bank_conflicts": spad.conflicts,
         }
         assert set(increments) == {name for name, _ in COUNTERS}
-        for name, inc in increments.items():
-            m.d.comb += counters.inc[name.upper()].eq(inc)
+        increments = {name.upper(): inc for name, inc in increments.items()}
         if cfg.slot_counters:
             for s in range(cfg.kernel_slots):
-                here = ctrl.in_kernel & (ctrl.slot == s)
-                m.d.comb += [
-                    counters.inc[f"SLOT_CALLS[{s}]"].eq(ev.call_done & (ctrl.slot == s)),
-                    counters.inc[f"SLOT_CYCLES[{s}]"].eq(here),
-                ]
+                increments[f"SLOT_CALLS[{s}]"] = ev.call_done & (ctrl.slot == s)
+                increments[f"SLOT_CYCLES[{s}]"] = ctrl.in_kernel & (ctrl.slot == s)
             assert {n for n, _ in SLOT_COUNTERS} == {"calls", "cycles"}
         for f_ in range(FLAGS):
             on_flag = ev.branch & (ev.flag == f_)
-            m.d.comb += [
-                counters.inc[f"BRANCH_TAKEN[{f_}]"].eq(on_flag & ev.taken),
-                counters.inc[f"BRANCH_NOT_TAKEN[{f_}]"].eq(on_flag & ~ev.taken),
-            ]
+            increments[f"BRANCH_TAKEN[{f_}]"] = on_flag & ev.taken
+            increments[f"BRANCH_NOT_TAKEN[{f_}]"] = on_flag & ~ev.taken
         assert {n for n, _ in BRANCH_COUNTERS} == {"taken", "not_taken"}
         for b in range(cfg.spad_banks):
-            m.d.comb += [
-                counters.inc[f"BANK_READS[{b}]"].eq(spad.bank_reads[b]),
-                counters.inc[f"BANK_WRITES[{b}]"].eq(spad.bank_writes[b]),
-            ]
+            increments[f"BANK_READS[{b}]"] = spad.bank_reads[b]
+            increments[f"BANK_WRITES[{b}]"] = spad.bank_writes[b]
         assert {n for n, _ in BANK_COUNTERS} == {"reads", "writes"}
-        for name in counter_names:
-            m.d.comb += csr.counters[name].eq(counters.value[name])
+
+        names = csr.counter_names
+        assert set(names) == set(increments)
+        m.submodules.counters = counters = PerfCounters(
+            names, inc_width={n: len(Value.cast(increments[n])) for n in names},
+            immediate=["CYCLES"])
+        wiring.connect(m, csr.counter_read, counters.read)
+        m.d.comb += [
+            counters.freeze.eq(f["PERF_CTRL"]["freeze"]),
+            counters.clear.eq(f["PERF_CTRL"]["clear"]),
+            ctrl.cycles.eq(counters.value["CYCLES"][:32]),
+        ]
+        m.d.comb += [counters.inc[n].eq(increments[n]) for n in names]
 
         return m

@@ -62,6 +62,10 @@ class _Item:
         return f"`{self.addr:#06x}`"
 
 
+# What the index of a counter array counts, by the array's prefix.
+_INDEX_NAMES = {"SLOT": "Slot", "BRANCH": "Flag", "BANK": "Bank"}
+
+
 def array_groups(entries):
     """Collapse ``NAME[0]``, ``NAME[1]``, ... (equally spaced) into one item each; other
     entries stay single. Returns items in address order of their first element."""
@@ -239,7 +243,8 @@ def markdown(config=TileConfig()):
     w("")
     w("Each counter is 64 bits wide: `_LO` (bits 31:0) at the address given, `_HI` "
       "(bits 63:32) at +4. Reading `_LO` latches `_HI`, so a read of LO then HI is atomic. "
-      "`PERF_CTRL` freezes and clears them all.")
+      "`PERF_CTRL` freezes and clears them all. The counters are kept in a RAM: a read of "
+      "`_LO` is answered 4 to 8 cycles after it is seen, other reads in one.")
     w("")
     w("| LO address | HI address | Counter | Host name | Description |")
     w("|---|---|---|---|---|")
@@ -248,8 +253,10 @@ def markdown(config=TileConfig()):
         if it.is_array:
             lo = f"`{it.addr:#06x} + {it.stride:#x}*i`"
             hi = f"`{it.addr + 4:#06x} + {it.stride:#x}*i`"
-            host = f"`slot_counters()[i][\"{it.name[len('SLOT_'):].lower()}\"]`"
-            desc = f"{ctr.doc} Slot i = 0..{it.count - 1}."
+            # SLOT_CALLS[i] is slot_counters()[i]["calls"], BANK_READS[i] bank_counters()...
+            unit, _, name = it.name.partition("_")
+            host = f"`{unit.lower()}_counters()[i][\"{name.lower()}\"]`"
+            desc = f"{ctr.doc} {_INDEX_NAMES[unit]} i = 0..{it.count - 1}."
         else:
             lo, hi = f"`{it.addr:#06x}`", f"`{it.addr + 4:#06x}`"
             host = f"`{it.name.lower()}`"

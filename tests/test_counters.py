@@ -1,7 +1,9 @@
+import random
+
 from wb_helpers import raises_in_constructor
 from amaranth.sim import Simulator
 
-from fusetile.hdl.counters import PerfCounters
+from fusetile.hdl.counters import CounterReadSignature, PerfCounters
 
 
 def run(dut, bench):
@@ -11,37 +13,58 @@ def run(dut, bench):
     sim.run()
 
 
+async def read(ctx, dut, name, *, limit=12):
+    """Read counter ``name`` through the read port: (value, cycles from stb to ack)."""
+    ctx.set(dut.read.stb, 1)
+    ctx.set(dut.read.index, dut.names.index(name) if name in dut.names else len(dut.names))
+    await ctx.tick()
+    ctx.set(dut.read.stb, 0)
+    for cycles in range(1, limit):
+        if ctx.get(dut.read.ack):
+            return ctx.get(dut.read.data), cycles
+        await ctx.tick()
+    raise AssertionError(f"no answer to a read of {name} in {limit} cycles")
+
+
+async def read_all(ctx, dut, names):
+    return [(await read(ctx, dut, n))[0] for n in names]
+
+
 def test_count_freeze_clear():
-    """Events show a cycle after they happen (``A``, ``B``) or at once (``C``,
-    immediate); freeze and clear act on the events of their own cycle either way."""
+    """``A`` and ``B`` live in the RAM, ``C`` in a register; freeze and clear act on
+    the events of their own cycle either way."""
     dut = PerfCounters(["A", "B", "C"], immediate=["C"])
 
     async def bench(ctx):
+        assert await read_all(ctx, dut, "ABC") == [0, 0, 0]
         ctx.set(dut.inc["A"], 1)
         ctx.set(dut.inc["B"], 8)
         ctx.set(dut.inc["C"], 1)
         await ctx.tick().repeat(5)
-        assert [ctx.get(dut.value[n]) for n in "ABC"] == [4, 32, 5]
         ctx.set(dut.freeze, 1)
-        await ctx.tick()
-        # The fifth cycle's events are counted in the freeze's first; none of its own.
-        assert [ctx.get(dut.value[n]) for n in "ABC"] == [5, 40, 5]
-        await ctx.tick().repeat(3)
-        assert [ctx.get(dut.value[n]) for n in "ABC"] == [5, 40, 5]
+        # Five cycles' events; none of the freeze's own, nor of the reads' cycles.
+        assert await read_all(ctx, dut, "ABC") == [5, 40, 5]
+        assert ctx.get(dut.value["C"]) == 5
+        await ctx.tick().repeat(50)
+        assert await read_all(ctx, dut, "ABC") == [5, 40, 5]
         ctx.set(dut.clear, 1)
         await ctx.tick()
         ctx.set(dut.clear, 0)
-        assert [ctx.get(dut.value[n]) for n in "ABC"] == [0, 0, 0]
+        assert await read_all(ctx, dut, "ABC") == [0, 0, 0]
         ctx.set(dut.freeze, 0)
         await ctx.tick().repeat(2)
-        assert [ctx.get(dut.value[n]) for n in "ABC"] == [1, 8, 2]
+        ctx.set(dut.freeze, 1)
+        assert await read_all(ctx, dut, "ABC") == [2, 16, 2]
+        ctx.set(dut.freeze, 0)
         # An event in a clear's cycle is not counted, one just before it is cleared.
         ctx.set(dut.clear, 1)
         await ctx.tick()
         ctx.set(dut.clear, 0)
         ctx.set(dut.inc["A"], 0)
+        ctx.set(dut.inc["B"], 0)
         await ctx.tick().repeat(3)
-        assert ctx.get(dut.value["A"]) == 0
+        assert (await read(ctx, dut, "A"))[0] == 0
+        assert (await read(ctx, dut, "B"))[0] == 0
 
     run(dut, bench)
 
@@ -51,20 +74,126 @@ def test_carries_into_high_word():
 
     async def bench(ctx):
         ctx.set(dut.inc["A"], 0xFFFF_FFFF)
-        await ctx.tick().repeat(4)
-        assert ctx.get(dut.value["A"]) == 3 * 0xFFFF_FFFF
+        await ctx.tick().repeat(3)
+        ctx.set(dut.freeze, 1)
+        assert (await read(ctx, dut, "A"))[0] == 3 * 0xFFFF_FFFF
 
     run(dut, bench)
 
 
+def test_index_past_the_last_reads_zero():
+    dut = PerfCounters(["A", "B", "C"], inc_width=4)     # index 3 is past the last
+
+    async def bench(ctx):
+        ctx.set(dut.inc["A"], 3)
+        await ctx.tick().repeat(4)
+        assert (await read(ctx, dut, "nothing"))[0] == 0
+        assert (await read(ctx, dut, "A"))[0] > 0
+
+    run(dut, bench)
+
+
+def test_exact_under_reads_freeze_and_clear():
+    """Many counters near their largest increment every cycle, reads back to back (the
+    scanner's slowest pace), random freezes and clears: every read lies between the
+    counts at its ``stb`` and its ``ack``, and a frozen set reads exactly."""
+    rng = random.Random(7)
+    names = [f"E{i}" for i in range(20)] + ["CYCLES"]
+    widths = {n: 1 + i % 5 for i, n in enumerate(names)}
+    dut = PerfCounters(names, inc_width=widths, immediate=["CYCLES"])
+
+    async def bench(ctx):
+        counts = dict.fromkeys(names, 0)     # what each counter should hold now
+        incs = dict.fromkeys(names, 0)
+        control = {"freeze": 0, "clear": 0, "clears": 0}
+
+        async def cycle():
+            await ctx.tick()
+            for n in names:
+                if control["clear"]:
+                    counts[n] = 0
+                elif not control["freeze"]:
+                    counts[n] += incs[n]
+            control["clears"] += control["clear"]
+            control["clear"] = 0
+            ctx.set(dut.clear, 0)
+
+        latencies = set()
+        for step in range(300):
+            for n in names:
+                top = (1 << widths[n]) - 1
+                incs[n] = top if rng.random() < 0.8 else rng.randrange(top + 1)
+                ctx.set(dut.inc[n], incs[n])
+            control["freeze"] = rng.random() < 0.1
+            control["clear"] = rng.random() < 0.02
+            ctx.set(dut.freeze, control["freeze"])
+            ctx.set(dut.clear, control["clear"])
+            name = rng.choice(names)
+            before, clears = counts[name], control["clears"]
+            ctx.set(dut.read.stb, 1)
+            ctx.set(dut.read.index, names.index(name))
+            await cycle()
+            ctx.set(dut.read.stb, 0)
+            cycles = 1
+            while not ctx.get(dut.read.ack):
+                await cycle()
+                cycles += 1
+                assert cycles < 12
+            latencies.add(cycles)
+            value = ctx.get(dut.read.data)
+            if control["clears"] == clears:
+                assert before <= value <= counts[name], (step, name, before, value, counts[name])
+        assert latencies <= {2, 4, 5, 6}
+        ctx.set(dut.freeze, 1)
+        control["freeze"] = 1
+        await cycle()
+        assert await read_all(ctx, dut, names) == [counts[n] for n in names]
+        assert all(counts[n] > 0 for n in names)
+
+    run(dut, bench)
+
+
+def test_flushes_keep_up_with_back_to_back_reads():
+    """64 counters counting every cycle while reads go back to back (each read step
+    delays the scanner): after a freeze each holds exactly the cycles counted."""
+    names = [f"E{i}" for i in range(64)] + ["CYCLES"]
+    dut = PerfCounters(names, inc_width=1, immediate=["CYCLES"])
+
+    async def bench(ctx):
+        for n in names:
+            ctx.set(dut.inc[n], 1)
+        for i in range(300):
+            await read(ctx, dut, names[i % 64])
+        ctx.set(dut.freeze, 1)
+        values = await read_all(ctx, dut, names)
+        assert values == [values[-1]] * len(names) and values[-1] > 1000, values
+
+    run(dut, bench)
+
+
+def test_read_signature():
+    sig = CounterReadSignature(count=5)
+    assert sig == CounterReadSignature(count=5) and sig != CounterReadSignature(count=6)
+    assert repr(sig) == "CounterReadSignature(count=5)"
+    assert len(sig.create().index) == 3 and len(sig.create().data) == 64
+    raises_in_constructor(TypeError, r"^count must be a positive integer, not 0$",
+                          CounterReadSignature, count=0)
+
+
 def test_names_must_be_unique():
-    raises_in_constructor(ValueError, r"Counter names must be unique, not \['A', 'A'\]",
-                          PerfCounters, ["A", "A"])
+    raises_in_constructor(ValueError, r"Counter names must be unique and at least one, "
+                          r"not \['A', 'A'\]", PerfCounters, ["A", "A"])
+    raises_in_constructor(ValueError, r"Counter names must be unique and at least one, not \[\]",
+                          PerfCounters, [])
 
 
 def test_inc_width_checked():
     raises_in_constructor(ValueError, "inc_width must be an integer from 1 to 32, not 0",
                           PerfCounters, ["A"], inc_width=0)
+    raises_in_constructor(ValueError, "inc_width must be an integer from 1 to 32, not 33",
+                          PerfCounters, ["A", "B"], inc_width={"A": 1, "B": 33})
+    raises_in_constructor(ValueError, r"inc_width must give a width for each counter and no "
+                          r"other, not for \['A'\]", PerfCounters, ["A", "B"], inc_width={"A": 1})
 
 
 def test_immediate_names_checked():

@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from amaranth.back import rtlil, verilog
@@ -59,19 +61,20 @@ def test_takes_csr_window_entries():
     bank = CsrBank(MM)
     bank._MustUse__silence = True
     assert set(bank.fields) == {e.item.name for e in MM.registers()}
-    assert set(bank.counters) == {e.item.name for e in MM.counters()}
-    assert "CYCLES" in bank.counters and "SLOT_CALLS[2]" in bank.counters
+    assert bank.counter_names == [e.item.name for e in MM.counters()]
+    assert "CYCLES" in bank.counter_names and "SLOT_CALLS[2]" in bank.counter_names
     assert set(bank.read_strobe) == {"TRACE_DATA"}
     assert set(bank.refuse) == {e.item.name for e in MM.registers() if e.item.writable}
     assert "STATUS" not in bank.refuse and "SLOT[3]" in bank.refuse
     assert len(bank.fields["PART[3]"]["base"]) == 16
-    assert all(len(c) == 64 for c in bank.counters.values())
+    assert len(bank.counter_read.index) == 7
+    assert len(bank.counter_read.data) == 64
     assert len(bank.refused_addr) == 10
 
     small = CsrBank(MM, addr_width=6)       # 256 bytes: identity .. trace only
     small._MustUse__silence = True
     assert "TRACE_DATA" in small.fields and "PART[0]" not in small.fields
-    assert small.counters == {}
+    assert small.counter_names == [] and not hasattr(small, "counter_read")
 
 
 def test_elaborates_to_rtlil():
@@ -232,16 +235,33 @@ def test_refuse():
     assert start_log == []
 
 
+def counter_responder(bank, values, delays):
+    """A background testbench answering the bank's counter reads from ``values``
+    ({name: int}), each after the next of ``delays`` cycles (going round)."""
+    delays = itertools.cycle(delays)
+
+    async def responder(ctx):
+        port = bank.counter_read
+        while True:
+            await ctx.tick()
+            if ctx.get(port.stb):
+                name = bank.counter_names[ctx.get(port.index)]
+                for _ in range(next(delays)):
+                    await ctx.tick()
+                ctx.set(port.ack, 1)
+                ctx.set(port.data, values[name])
+                await ctx.tick()
+                ctx.set(port.ack, 0)
+    return responder
+
+
 def test_counter_lo_hi_latching():
     bank = CsrBank(MM)
+    values = {"CYCLES": 0x11111111_22222222, "SLOT_CALLS[2]": 0xAAAAAAAA_BBBBBBBB}
 
     async def bench(ctx):
-        cycles = bank.counters["CYCLES"]
-        calls = bank.counters["SLOT_CALLS[2]"]
-        ctx.set(cycles, 0x11111111_22222222)
-        ctx.set(calls, 0xAAAAAAAA_BBBBBBBB)
         assert await wb_read(ctx, bank.bus, word("CYCLES")) == (0x22222222, "ack")
-        ctx.set(cycles, 0x33333333_44444444)
+        values["CYCLES"] = 0x33333333_44444444
         assert await wb_read(ctx, bank.bus, word("CYCLES", hi=True)) == (0x11111111, "ack")
         # One shared shadow: the last LO read decides what any HI read returns.
         assert await wb_read(ctx, bank.bus, word("SLOT_CALLS[2]")) == (0xBBBBBBBB, "ack")
@@ -251,7 +271,33 @@ def test_counter_lo_hi_latching():
         for hi in (False, True):
             assert await wb_write(ctx, bank.bus, word("CYCLES", hi=hi), 0) == "err"
 
-    run(bank, bench)
+    run(bank, bench, monitors=[counter_responder(bank, values, [0, 5, 2])])
+
+
+def test_counter_read_waits_for_the_counters():
+    """A LO read is answered the cycle after the counters answer, however long they
+    take, and not before."""
+    bank = CsrBank(MM)
+
+    async def bench(ctx):
+        for delay in (7, 0, 3):
+            ctx.set(bank.bus.cyc, 1)
+            ctx.set(bank.bus.stb, 1)
+            ctx.set(bank.bus.adr, word("MACS"))
+            cycles = 0
+            while not (ctx.get(bank.bus.ack) or ctx.get(bank.bus.err)):
+                await ctx.tick()
+                cycles += 1
+            assert (ctx.get(bank.bus.ack), ctx.get(bank.bus.dat_r)) == (1, 0x89ABCDEF)
+            ctx.set(bank.bus.stb, 0)
+            ctx.set(bank.bus.cyc, 0)
+            await ctx.tick()
+            # Seen, the counters asked, their answer ``delay`` cycles on, then the ACK.
+            assert cycles == delay + 2
+        assert await wb_read(ctx, bank.bus, word("MACS", hi=True)) == (0x01234567, "ack")
+
+    run(bank, bench, monitors=[counter_responder(bank, {"MACS": 0x01234567_89ABCDEF},
+                                                 [7, 0, 3])])
 
 
 def test_errors():
