@@ -66,7 +66,7 @@ class PerfCounters(wiring.Component):
     events of their own cycle: an event in the cycle before a freeze is counted, one
     in a clear's cycle is not.
 
-    How: each counter's increments gather in a pending count. Every cycle one step of
+    How: each counter's increments are registered, then gather in a pending count. Every cycle one step of
     a three-stage pipeline runs. A *flush* step, taken by a scanner going round the
     counters, adds a counter's pending count to its RAM word and restarts the pending
     count; a *read* step (for :attr:`read`) adds them without writing. A read step is
@@ -77,7 +77,8 @@ class PerfCounters(wiring.Component):
     its next flush), so it takes effect at once.
 
     A read's value counts the events up to a cycle between the ``stb`` and the ``ack``
-    (4 to 6 cycles later; 2 for a counter in a register). Counters named in ``immediate`` are plain 64-bit registers
+    (4 to 6 cycles later; 2 for a counter in a register): an event reaches the pending
+    count the cycle after it happens. Counters named in ``immediate`` are plain 64-bit registers
     instead, readable every cycle through :attr:`value` (``CYCLES``, which the control
     unit stamps into trace records); they count the increment of their own cycle.
 
@@ -225,12 +226,16 @@ class PerfCounters(wiring.Component):
             m.d.sync += scan.eq(Mux(scan == slots - 1, 0, scan + 1))
 
         for i, (n, p) in enumerate(zip(in_ram, pending)):
+            # Registered first, so that the logic deciding an event (the scratchpad's
+            # arbitration, the control unit's stalls) and the adder are not one path.
+            staged = Signal.like(self.inc[n], name=f"staged_{_ident(n)}")
+            m.d.sync += staged.eq(counted(n))
             with m.If(self.clear):
                 m.d.sync += p.eq(0)
             with m.Elif(~reading & (scan == i)):
-                m.d.sync += p.eq(counted(n))
+                m.d.sync += p.eq(staged)
             with m.Else():
-                m.d.sync += p.eq(p + counted(n))
+                m.d.sync += p.eq(p + staged)
         with m.If(self.clear):
             m.d.sync += stale.eq((1 << slots) - 1)
         with m.Elif(~reading):
