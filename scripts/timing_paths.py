@@ -7,7 +7,7 @@ the same flow as ``fusetile build``, and walks the netlist with a rough delay mo
 enough to rank paths and name the blocks they cross::
 
     .venv/bin/python scripts/timing_paths.py                  # 25 worst endpoints
-    .venv/bin/python scripts/timing_paths.py --path ctr_BANK  # one path, net by net
+    .venv/bin/python scripts/timing_paths.py --path spad__part  # one path, net by net
     .venv/bin/python scripts/timing_paths.py --by-start       # the worst per starting block
     .venv/bin/python scripts/timing_paths.py --netlist build/timing/mapped.json ...
 
