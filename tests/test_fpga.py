@@ -365,14 +365,14 @@ def test_ice40_pll_agrees_with_icepll(f_out):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2 * 3600)     # the ULX3S has routed in 45 to 65 minutes
+@pytest.mark.timeout(2 * 3600)     # the ULX3S has routed in 40 to 65 minutes
 @pytest.mark.parametrize("name, clock_mhz", [
     pytest.param("ulx3s-85f", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile does not close timing at 100 MHz yet (39 to 43 MHz "
+        strict=True, reason="the tile does not close timing at 100 MHz yet (46 to 47 MHz "
                             "after routing with 30 MHz asked): see docs/fpga.md")),
     ("ulx3s-85f", 30),
     pytest.param("icebreaker", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile needs about 4.1 times the UP5K's logic cells, and "
+        strict=True, reason="the tile needs about 3.5 times the UP5K's logic cells, and "
                             "twice its block RAMs: see docs/fpga.md")),
 ])
 def test_bitstream_builds_fits_and_meets_timing(name, clock_mhz, tmp_path):
