@@ -120,9 +120,9 @@ class ComputeUnit(wiring.Component):
     ``fault`` stays high (``cmd.ready`` low) until ``abort``. ``abort`` drops the
     current command in that cycle (its scratchpad accesses of that cycle are cancelled
     by :attr:`Scratchpad.abort`, wired to the same signal; the MAC array is aborted
-    too: ACC keeps the steps already added), clears the fault and makes the unit idle;
-    results still in the vector pipelines are discarded, so a command may be accepted
-    the next cycle.
+    too: ACC keeps the steps already added and the one being added), clears the fault
+    and makes the unit idle; results still in the vector pipelines are discarded, so a
+    command may be accepted the next cycle.
 
     *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command. ``a.we`` and ``b.we``
     are 0, ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``

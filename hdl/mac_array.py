@@ -111,8 +111,9 @@ class MacArray(wiring.Component):
     macs : Out(range(rows * cols + 1))
         Multiply-accumulates done this cycle: ``rows * cols`` or 0.
     abort : In(1)
-        Drop every step not yet added to ACC (including one in the accumulate stage
-        this cycle, and ``step`` is not ready). ACC keeps its value.
+        Drop the steps not yet multiplied (the one in the operand stage this cycle;
+        ``step`` is not ready). The step in the accumulate stage is still added, so a
+        step accepted two or more cycles before the abort is in ACC.
 
     Raises
     ------
@@ -171,8 +172,11 @@ class MacArray(wiring.Component):
             prod_first.eq(op_first),
         ]
 
+        # The step in the accumulate stage lands even in an abort's cycle: the abort
+        # comes late in the cycle, out of the control unit's fault decisions, and would
+        # otherwise gate the enable of every accumulator.
         adding = Signal()
-        m.d.comb += adding.eq(prod_valid & ~self.abort)
+        m.d.comb += adding.eq(prod_valid)
 
         acc = [[Signal(signed(32), name=f"acc_{i}_{j}") for j in range(cfg.cols)]
                for i in range(cfg.rows)]
