@@ -15,8 +15,10 @@
   the int8 accuracy within a point of the final head's; every expert gets 10-50 % of
   the test images;
 * the shipped residual CNN, early-exit network and mixture of experts are what the
-  builder produces, byte for byte (the retrainings, a few seconds each), and the tile
-  (model target) runs the residual CNN as onnxruntime does.
+  builder produces (the retrainings, a few seconds each): the same graphs and, within
+  a point, the same accuracy (retraining is not bit-exact across CPUs), and their int8
+  files byte for byte from their float ones; the tile (model target) runs the
+  residual CNN as onnxruntime does.
 """
 
 import functools
@@ -164,13 +166,39 @@ def test_cnn_forward_matches_onnx_graph(net):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _without_weights(model):
+    """``model`` serialised with its initialisers' values left out (names, shapes and
+    types kept)."""
+    stripped = onnx.ModelProto()
+    stripped.CopyFrom(model)
+    for init in stripped.graph.initializer:
+        init.CopyFrom(onnx.TensorProto(name=init.name, dims=init.dims,
+                                       data_type=init.data_type))
+    return stripped.SerializeToString()
+
+
+def _check_build_writes(net, fmodel, split):
+    """What build() saves for ``net`` (onnx.save writes SerializeToString()), given its
+    retrained float model ``fmodel``.
+
+    Retraining is not bit-exact from one machine to another: the trainers' float32
+    sums follow the BLAS kernels the CPU is given (``OPENBLAS_CORETYPE``), and SGD grows
+    a last-bit difference into weights that differ in the second decimal. So the
+    retrained model must have the shipped one's graph exactly, and an accuracy within a
+    point of it; the quantisation, which is deterministic, must turn the shipped float
+    model into the shipped int8 one byte for byte."""
+    x_train, _, x_test, y_test = split
+    shipped = onnx.load(_path(f"digits_{net}_float.onnx"))
+    assert _without_weights(fmodel) == _without_weights(shipped)
+    assert digits.accuracy(fmodel, x_test, y_test) >= \
+        digits.accuracy(shipped, x_test, y_test) - 0.01
+    qmodel = digits.quantize(shipped, x_train[:digits.N_CALIB])
+    assert qmodel.SerializeToString() == _path(f"digits_{net}.onnx").read_bytes()
+
+
 def test_shipped_rescnn_is_what_build_writes(split):
-    # What build() saves for the residual CNN (onnx.save writes SerializeToString()).
     x_train, y_train, _, _ = split
-    fmodel = digits.train_rescnn(x_train, y_train)
-    qmodel = digits.quantize(fmodel, x_train[:digits.N_CALIB])
-    assert fmodel.SerializeToString() == _path("digits_rescnn_float.onnx").read_bytes()
-    assert qmodel.SerializeToString() == _path("digits_rescnn.onnx").read_bytes()
+    _check_build_writes("rescnn", digits.train_rescnn(x_train, y_train), split)
 
 
 def test_rescnn_runs_on_the_tile_as_onnxruntime(tmp_path, capsys, split):
@@ -462,6 +490,4 @@ def test_routed_forward_matches_onnx_graphs(split):
 def test_shipped_routed_model_is_what_build_writes(net, split):
     x_train, y_train, _, _ = split
     fmodel = {"exit": digits.train_exit, "moe": digits.train_moe}[net](x_train, y_train)
-    qmodel = digits.quantize(fmodel, x_train[:digits.N_CALIB])
-    assert fmodel.SerializeToString() == _path(f"digits_{net}_float.onnx").read_bytes()
-    assert qmodel.SerializeToString() == _path(f"digits_{net}.onnx").read_bytes()
+    _check_build_writes(net, fmodel, split)
