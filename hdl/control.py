@@ -99,9 +99,9 @@ class ControlUnit(wiring.Component):
         The compute unit is executing (WAIT with ``compute`` and RET wait for it).
     part_limit : In(17)
         The number of offsets inside the executing slot's partition (the scratchpad's
-        ``query_limit``), for the operand check of compute micro-instructions. Used a
-        cycle late (registered); the tile refuses writes to a running kernel's
-        partition, so it does not change under a call.
+        ``limit``, registered there), for the operand check of compute
+        micro-instructions. It follows ``slot`` a cycle later; the tile refuses writes
+        to a running kernel's partition, so it does not change under a call.
     compute_fault : In(1)
     compute_fault_cause : In(FaultCause)
     compute_fault_addr : In(32)
@@ -395,10 +395,10 @@ class ControlUnit(wiring.Component):
         check_ends = Signal.like(check.ends)
         with m.If(state != _State.MICRO_EXEC):
             m.d.sync += checked.eq(0)
-        # The slot's partition extent, registered: CALL sets the partition two cycles
-        # before the first check that uses it (MICRO_FETCH, then the check cycle).
-        part_limit = Signal.like(self.part_limit)
-        m.d.sync += part_limit.eq(self.part_limit)
+        # The slot's partition extent, registered in the scratchpad: CALL sets the slot
+        # two cycles before the first check that uses it (MICRO_FETCH, then the check
+        # cycle), and the extent follows a cycle after the slot.
+        part_limit = self.part_limit
         outside = Signal(len(check_used))
         outside_end = Signal(32)    # the end of the first operand outside the partition
         m.d.comb += outside.eq(Cat(check_used[i] & (check_ends[i] >= part_limit)

@@ -4,11 +4,17 @@ Word ``w`` of the scratchpad lives in bank ``w % spad_banks`` at row
 ``w // spad_banks``, so consecutive words are in different banks and units that
 stream through memory (DMA, MAC array operand fetch, vector unit) can share it.
 
-Every access is made as (partition, offset). The partition table (base, length per
-partition; CSRs owned by the tile) turns it into a scratchpad word; an access at or
-beyond the partition's length, to a partition that does not exist, or past the end of
-the scratchpad is *not performed* and reported on the port's ``fault`` in the same
-cycle. This is what keeps a kernel from corrupting a neighbour's data.
+Every access is made as (partition, offset). One partition is *open* at a time, the
+executing kernel's (all of a kernel's scratchpad accesses, compute and DMA alike, are
+made in its slot's partition, and a kernel returns only once they are done): the
+partition table (base, length per partition; CSRs owned by the tile) gives its extent,
+which is looked up once, when the open partition changes, and kept in registers. An
+access to another partition, at or beyond the partition's length, to a partition that
+does not exist, or past the end of the scratchpad is *not performed* and reported on
+the port's ``fault`` in the same cycle. This is what keeps a kernel from corrupting a
+neighbour's data. (The lookup was made per access and per port before: an eight-way
+selection of base and length on every unit's path into the banks, the longest paths
+of the ULX3S build; docs/fpga.md, step 15.)
 
 Units reach the scratchpad through ports of fixed priority. Each bank has one read
 and one write port, so two ports that read (or write) the same bank in the same cycle
@@ -56,8 +62,8 @@ class SpadPortSignature(wiring.Signature):
         Word read; valid the cycle after a performed read (not held afterwards).
     fault : In(1)
         Combinational, in the cycle of ``en``: the access is outside its partition
-        (``offset >= length``, ``part >= partitions``, or ``base + offset >=
-        spad_words``) and was not performed.
+        (``part`` is not the open partition, ``offset >= length``, ``part >=
+        partitions``, or ``base + offset >= spad_words``) and was not performed.
     stall : In(1)
         Combinational, in the cycle of ``en``: a port of higher priority uses the
         bank's read (or write) port this cycle; the access was not performed and must
@@ -117,18 +123,19 @@ class Scratchpad(wiring.Component):
     part_base : In(data.ArrayLayout(16, partitions))
         First scratchpad word of each partition (from the partition table CSRs).
     part_len : In(data.ArrayLayout(16, partitions))
-        Length of each partition in words. The checks use each partition's extent
-        registered: a change of ``part_base`` or ``part_len`` moves the check the
-        cycle after it (the address at once), so the table must hold still under an
-        access stream into the partition (the tile refuses such writes while a
-        kernel runs in it).
-    query_part : In(4)
-    query_limit : Out(17)
-        The number of offsets inside partition ``query_part`` (an access at offset
-        ``o`` is inside exactly when ``o < query_limit``): its length, cut at the end
-        of the scratchpad; 0 for a partition that does not exist. Combinational in
-        ``query_part``; from the registered extents, so a change of the table shows
-        the cycle after, as for the ports.
+        Length of each partition in words.
+    part : In(4)
+        The open partition. Its extent is registered: an access in cycle ``t`` is
+        placed by ``part`` and ``part_base`` as they were in cycle ``t - 1``, and
+        checked by ``part`` as it was then and ``part_len`` and ``part_base`` as they
+        were in cycle ``t - 2``. So the open partition must hold still from the cycle
+        before an access stream into it, and its table entry from two cycles before
+        (the tile opens the executing slot's partition at CALL, two cycles before the
+        kernel's first access, and refuses writes to its entry while the kernel runs).
+    limit : Out(17)
+        Registered: the number of offsets inside the open partition (an access at
+        offset ``o`` is inside exactly when ``o < limit``): its length, cut at the end
+        of the scratchpad; 0 for a partition that does not exist.
     a, b : In(SpadPortSignature(config))
         The compute unit's operand ports (it only reads through them); ``a`` has the
         highest priority.
@@ -166,8 +173,8 @@ class Scratchpad(wiring.Component):
         members = {
             "part_base":   In(data.ArrayLayout(16, config.partitions)),
             "part_len":    In(data.ArrayLayout(16, config.partitions)),
-            "query_part":  In(4),
-            "query_limit": Out(17),
+            "part":        In(4),
+            "limit":       Out(17),
             "bank_reads":  Out(config.spad_banks),
             "bank_writes": Out(config.spad_banks),
             "conflicts":   Out(range(len(self.PORTS) + 1)),
@@ -181,11 +188,13 @@ class Scratchpad(wiring.Component):
     def config(self):
         return self._config
 
-    def _limits(self, m):
-        """The number of offsets inside each partition: the one definition of a
-        partition's extent, for the ports and for ``query_limit``. Registered, so that
-        an access checks its offset against a flip-flop rather than against this
-        arithmetic: a change of the table takes effect the cycle after."""
+    def _open(self, m):
+        """The open partition's number and extent, registered: (part, base, limit),
+        where ``limit`` is the number of offsets inside it (its length cut at the end
+        of the scratchpad; 0 if it does not exist).
+
+        Every partition's limit is worked out from the table a cycle ahead, so that
+        opening a partition is a selection, not arithmetic after one."""
         cfg = self._config
         limits = []
         for p in range(cfg.partitions):
@@ -195,21 +204,21 @@ class Scratchpad(wiring.Component):
             m.d.comb += room.eq(Mux(base < cfg.spad_words, cfg.spad_words - base, 0))
             m.d.sync += limit.eq(Mux(length < room, length, room))
             limits.append(limit)
-        return Array(limits)
+        open_part = Signal(4)
+        open_base = Signal(16)
+        m.d.sync += [open_part.eq(self.part), open_base.eq(0), self.limit.eq(0)]
+        with m.If(self.part < cfg.partitions):
+            m.d.sync += [open_base.eq(self.part_base[self.part]),
+                         self.limit.eq(Array(limits)[self.part])]
+        return open_part, open_base, self.limit
 
-    def _limit(self, m, name, limits, part):
-        """The number of offsets inside partition ``part`` (0 if there is none)."""
-        limit = Signal(17, name=f"{name}_limit")
-        with m.If(part < self._config.partitions):
-            m.d.comb += limit.eq(limits[part])
-        return limit
-
-    def _decode(self, m, name, port, limits):
+    def _decode(self, m, name, port, extent):
         """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``."""
         cfg = self._config
+        open_part, open_base, limit = extent
         word = Signal(17, name=f"{name}_word")
-        m.d.comb += word.eq(self.part_base[port.part] + port.offset)
-        outside = port.offset >= self._limit(m, name, limits, port.part)
+        m.d.comb += word.eq(open_base + port.offset)
+        outside = (port.part != open_part) | (port.offset >= limit)
         inside = Signal(name=f"{name}_inside")
         m.d.comb += [
             port.fault.eq(port.en & outside),
@@ -226,7 +235,7 @@ class Scratchpad(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
-        limits = self._limits(m)
+        extent = self._open(m)
 
         mems = []
         for b in range(cfg.spad_banks):
@@ -242,7 +251,7 @@ class Scratchpad(wiring.Component):
         reqs = []
         for name in self.PORTS:
             port = getattr(self, name)
-            inside, bank, row = self._decode(m, name, port, limits)
+            inside, bank, row = self._decode(m, name, port, extent)
             rd = Signal(name=f"{name}_rd")
             wr = Signal(name=f"{name}_wr")
             m.d.comb += [rd.eq(inside & ~port.we), wr.eq(inside & port.we)]
@@ -288,7 +297,6 @@ class Scratchpad(wiring.Component):
             m.d.comb += req.port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
 
         m.d.comb += [
-            self.query_limit.eq(self._limit(m, "query", limits, self.query_part)),
             self.bank_reads.eq(Cat(rp.en for _, rp in mems)),
             self.bank_writes.eq(Cat(wp.en for wp, _ in mems)),
             self.conflicts.eq(sum(stalls)),

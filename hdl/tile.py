@@ -209,13 +209,15 @@ class Tile(wiring.Component):
         for i in range(INDEX_REGS):
             m.d.comb += f[f"INDEX[{i}]"]["value"].eq(ctrl.index[i])
 
-        # Partition and slot tables. The entries a running kernel depends on cannot be
-        # rewritten under it: such writes are refused like writes to an executing slot.
+        # Partition and slot tables. The scratchpad opens the executing slot's
+        # partition (CALL sets the slot two cycles before the kernel's first access).
+        # The entries a running kernel depends on cannot be rewritten under it: such
+        # writes are refused like writes to an executing slot.
         executing_part = Signal(4)
         m.d.comb += [
             executing_part.eq(ctrl.slot_part[ctrl.slot]),
-            spad.query_part.eq(executing_part),
-            ctrl.part_limit.eq(spad.query_limit),
+            spad.part.eq(executing_part),
+            ctrl.part_limit.eq(spad.limit),
         ]
         for i in range(cfg.partitions):
             m.d.comb += [

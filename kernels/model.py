@@ -1137,7 +1137,7 @@ class TileModel:
     # -- compute micro-instructions ------------------------------------------------------
     def _part_limit(self):
         """The number of offsets inside the calling slot's partition (as the
-        scratchpad's ``query_limit``: 0 for a partition that does not exist)."""
+        scratchpad's ``limit``: 0 for a partition that does not exist)."""
         cfg = self.config
         if self.part >= cfg.partitions:
             return 0

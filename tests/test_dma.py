@@ -28,8 +28,9 @@ class Harness(Elaboratable):
     """DMA + GMEM + scratchpad, the DMA on the scratchpad's ``dma`` port.
 
     The testbench uses the ports above it: ``a`` to read and ``w`` to write the
-    scratchpad directly, and both to take banks from the DMA engine (see
-    :class:`Interferer`).
+    scratchpad directly (in partition ``DIRECT``), and both to take banks from the DMA
+    engine (see :class:`Interferer`). It opens a command's partition as it issues it,
+    as the tile opens the calling slot's.
     """
 
     def __init__(self, config):
@@ -81,7 +82,15 @@ async def set_partitions(ctx, h, table):
     for i in range(CFG.partitions):
         ctx.set(h.spad.part_base[i], bases[i])
         ctx.set(h.spad.part_len[i], lens[i])
-    await ctx.tick()            # the scratchpad's extents are registered
+    ctx.set(h.spad.part, DIRECT)
+    await ctx.tick().repeat(2)  # the scratchpad's checks follow the table 2 cycles later
+
+
+async def open_part(ctx, h, part):
+    """Open partition ``part`` of the scratchpad (from the next cycle on)."""
+    if ctx.get(h.spad.part) != part:
+        ctx.set(h.spad.part, part)
+        await ctx.tick()
 
 
 class Interferer:
@@ -91,12 +100,10 @@ class Interferer:
     When ``steal(k)`` is true for the DMA engine's ``k``-th scratchpad access (from 0,
     counting every presentation), both access the bank of that access, so it stalls
     unless it faults; in other cycles each accesses another bank with probability
-    ``other``. ``w`` writes only to
-    :attr:`SCRATCH`, words no command in these tests touches; ``written`` holds what
-    it wrote there.
+    ``other``. Both access the command's partition, the open one (where it has a word
+    in the bank); ``w`` writes only words the command does not touch, and ``written``
+    holds what it wrote until :meth:`apply`.
     """
-
-    SCRATCH = range(SW - 6, SW)     # every bank
 
     def __init__(self, h, rng, steal, other=0.3):
         self.h, self.rng, self.steal, self.other = h, rng, steal, other
@@ -104,13 +111,15 @@ class Interferer:
         self.accesses = 0
         self._pending = None
 
-    def drive(self, ctx):
+    def drive(self, ctx, c):
+        """Drive ``a`` and ``w`` for this cycle of command ``c``."""
         spad, dma, rng = self.h.spad, self.h.dma.spad, self.rng
         banks = CFG.spad_banks
+        base = ctx.get(spad.part_base[c.part])
+        inside = range(base, base + ctx.get(spad.limit))
+        touched = {base + s for _, s in words_of(c)}
         target = None
         if ctx.get(dma.en):
-            part = ctx.get(dma.part)
-            base = ctx.get(spad.part_base[part]) if part < CFG.partitions else 0
             target = (base + ctx.get(dma.offset)) % banks
         steal = target is not None and self.steal(self.accesses)
         self.accesses += target is not None
@@ -123,14 +132,19 @@ class Interferer:
             else:
                 ctx.set(port.en, 0)
                 continue
+            words = [w for w in inside[(bank - base) % banks::banks]
+                     if not write or w not in touched]
+            if not words:
+                ctx.set(port.en, 0)
+                continue
+            word = rng.choice(words)
             if write:
-                word = next(w for w in self.SCRATCH if w % banks == bank)
                 self._pending = word, rng.getrandbits(CFG.word_bits)
                 data = self._pending[1]
             else:
-                word, data = rng.randrange(bank, SW, banks), None
-            ctx.set(port.part, DIRECT)
-            ctx.set(port.offset, word)
+                data = None
+            ctx.set(port.part, c.part)
+            ctx.set(port.offset, word - base)
             ctx.set(port.we, write)
             ctx.set(port.wdata, data or 0)
             ctx.set(port.en, 1)
@@ -146,8 +160,10 @@ class Interferer:
         ctx.set(self.h.spad.w.en, 0)
 
     def apply(self, spad):
+        """Put what ``w`` wrote into the model ``spad``, and forget it."""
         for w, v in self.written.items():
             spad[w] = v
+        self.written.clear()
 
 
 def random_steal(rng, rate):
@@ -158,6 +174,7 @@ async def issue(ctx, h, c, intf=None, limit=5000):
     """Run command ``c``; return (busy cycles, word pulses, stalled cycles)."""
     dma = h.dma
     assert ctx.get(dma.cmd.ready)
+    ctx.set(h.spad.part, c.part)        # open from the first access on
     ctx.set(dma.cmd.payload, c.const)
     ctx.set(dma.cmd.valid, 1)
     await ctx.tick()
@@ -165,7 +182,7 @@ async def issue(ctx, h, c, intf=None, limit=5000):
     cycles = words = stalls = 0
     while ctx.get(dma.busy):
         if intf is not None:
-            intf.drive(ctx)
+            intf.drive(ctx, c)
         stalled = ctx.get(dma.spad.stall)
         assert ctx.get(h.spad.conflicts) == stalled
         if stalled and not c.store:
@@ -199,6 +216,7 @@ async def gmem_dump(ctx, h):
 
 
 async def spad_access(ctx, h, offset, data=None):
+    await open_part(ctx, h, DIRECT)
     port = h.spad.a if data is None else h.spad.w
     ctx.set(port.part, DIRECT)
     ctx.set(port.offset, offset)
@@ -271,12 +289,13 @@ def test_random_transfers(stall_rate):
                     gmem[g] = spad[base + s]
                 else:
                     spad[base + s] = gmem[g]
+            if intf is not None:
+                intf.apply(spad)
             assert not ctx.get(h.dma.fault)
         if intf is None:
             assert total_stalls == 0
         else:
             assert total_stalls > 50
-            intf.apply(spad)
         assert await spad_dump(ctx, h) == spad
         assert await gmem_dump(ctx, h) == gmem
 
@@ -480,6 +499,7 @@ def test_abort():
     async def bench(ctx):
         await set_partitions(ctx, h, TABLE)
         await gmem_fill(ctx, h, [0xABC0 + i for i in range(GW)])
+        ctx.set(h.spad.part, 2)
         ctx.set(h.dma.cmd.payload, cmd(gmem_addr=0, gmem_stride=8, part=2, spad_addr=0,
                                        spad_stride=8, rows=8, cols=8).const)
         ctx.set(h.dma.cmd.valid, 1)

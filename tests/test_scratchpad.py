@@ -21,16 +21,27 @@ def run(dut, bench):
     sim.run()
 
 
-async def set_table(ctx, dut, table):
-    """Write the partition table; it applies from the next cycle on."""
+async def set_table(ctx, dut, table, part=0):
+    """Write the partition table and open ``part``; the checks follow the table two
+    cycles later."""
     for i, (base, length) in enumerate(table):
         ctx.set(dut.part_base[i], base)
         ctx.set(dut.part_len[i], length)
-    await ctx.tick()
+    ctx.set(dut.part, part)
+    await ctx.tick().repeat(2)
+
+
+async def open_part(ctx, dut, part):
+    """Open ``part`` (from the next cycle on) unless it is open."""
+    if ctx.get(dut.part) != part:
+        ctx.set(dut.part, part)
+        await ctx.tick()
 
 
 async def access(ctx, dut, part, offset, data=None):
-    """One access through ``dma``; return (fault, (bank_reads, bank_writes), read data)."""
+    """One access through ``dma``, in ``part`` (opened first if it is not); return
+    (fault, (bank_reads, bank_writes), read data)."""
+    await open_part(ctx, dut, part)
     port = dut.dma
     ctx.set(port.part, part)
     ctx.set(port.offset, offset)
@@ -170,23 +181,57 @@ def test_abort_cancels_the_cycles_accesses():
     run(dut, bench)
 
 
-def test_query_limit_is_the_partition_extent():
-    """``query_limit`` is the first offset that faults, for every table shape above."""
+def test_limit_is_the_open_partitions_extent():
+    """``limit`` is the first offset that faults, for every table shape above."""
     dut = Scratchpad(CFG)
 
     async def bench(ctx):
         await set_table(ctx, dut, [(0, 16), (16, 24), (40, 40), (0, 0)])
         for part, limit in [(0, 16), (1, 24), (2, 24), (3, 0), (4, 0), (15, 0)]:
-            ctx.set(dut.query_part, part)
-            assert ctx.get(dut.query_limit) == limit, part
+            await open_part(ctx, dut, part)
+            assert ctx.get(dut.limit) == limit, part
             for offset, faults in ((limit - 1, False), (limit, True)):
                 if offset >= 0:
                     assert (await access(ctx, dut, part, offset))[0] == faults, \
                         (part, offset)
-        await set_table(ctx, dut, [(64, 5), (70, 1)])             # bases past the end
         for part in (0, 1):
-            ctx.set(dut.query_part, part)
-            assert ctx.get(dut.query_limit) == 0
+            await set_table(ctx, dut, [(64, 5), (70, 1)], part)      # bases past the end
+            assert ctx.get(dut.limit) == 0
+
+    run(dut, bench)
+
+
+def test_one_partition_open_registered():
+    """Only the open partition is reachable, and opening one, or changing the table,
+    takes effect the cycle after."""
+    dut = Scratchpad(CFG)
+
+    async def bench(ctx):
+        await set_table(ctx, dut, [(0, 16), (16, 24)])
+        await access(ctx, dut, 1, 3, 0x33)          # word 19
+        present(ctx, dut.dma, 0, 3)
+        assert ctx.get(dut.dma.fault) and ctx.get(dut.limit) == 24     # 1 is open
+        ctx.set(dut.part, 0)
+        assert ctx.get(dut.dma.fault)               # ... until the next cycle
+        await ctx.tick()
+        assert not ctx.get(dut.dma.fault) and ctx.get(dut.limit) == 16
+        present(ctx, dut.a, 1, 3)
+        assert ctx.get(dut.a.fault)
+        idle(ctx, dut.a, dut.dma)
+        # A new base for the open partition moves its accesses a cycle later.
+        ctx.set(dut.part_base[0], 16)
+        present(ctx, dut.dma, 0, 3)
+        await ctx.tick()
+        assert ctx.get(dut.dma.rdata) != 0x33       # word 3, as the table was
+        await ctx.tick()
+        assert ctx.get(dut.dma.rdata) == 0x33       # word 19
+        # A new length is checked two cycles later.
+        ctx.set(dut.part_len[0], 3)
+        await ctx.tick()
+        assert not ctx.get(dut.dma.fault) and ctx.get(dut.limit) == 16
+        await ctx.tick()
+        assert ctx.get(dut.dma.fault) and ctx.get(dut.limit) == 3
+        idle(ctx, dut.dma)
 
     run(dut, bench)
 
@@ -403,19 +448,22 @@ def test_random_arbitration(config):
         await set_table(ctx, dut, table)
         model = [rng.getrandbits(config.word_bits) for _ in range(words)]
         await fill(ctx, dut, model)
+        await open_part(ctx, dut, 0)
+        is_open = 0
         total_conflicts = 0
         for _ in range(400):
             expect_fault, expect_stall, reads, writes = [], [], {}, {}
             for port in ports:
                 en = rng.random() < 0.8
-                part = rng.randrange(len(table) + 1)
+                # Mostly the open partition, sometimes another (or none).
+                part = is_open if rng.random() < 0.8 else rng.randrange(len(table) + 1)
                 # Small offsets: conflicts are frequent, some land outside.
                 off = rng.randrange(words // 3)
                 data = rng.getrandbits(config.word_bits) if rng.random() < 0.4 else None
                 present(ctx, port, part, off, data)
                 ctx.set(port.en, en)
                 base, length = table[part] if part < len(table) else (0, 0)
-                outside = off >= length or base + off >= words
+                outside = part != is_open or off >= length or base + off >= words
                 fault = stall = 0
                 if en and outside:
                     fault = 1
@@ -433,7 +481,10 @@ def test_random_arbitration(config):
             assert stats(ctx, dut) == (sum(1 << b for b in reads),
                                        sum(1 << b for b in writes), sum(expect_stall))
             total_conflicts += sum(expect_stall)
+            if rng.random() < 0.05:         # open another partition from the next cycle
+                ctx.set(dut.part, rng.randrange(len(table) + 1))
             await ctx.tick()
+            is_open = ctx.get(dut.part)
             for port, word, _ in reads.values():
                 assert ctx.get(port.rdata) == model[word]
             for _, word, data in writes.values():
