@@ -247,7 +247,6 @@ class ComputeUnit(wiring.Component):
         regs = self.vector_regs
 
         # -- the command being executed ---------------------------------------------------
-        op = Signal(MicroOp)
         args = Signal(MicroArgs)
         part = Signal(4)
         running = Signal()      # accepted, not finished, not faulted
@@ -293,11 +292,13 @@ class ComputeUnit(wiring.Component):
 
         squash = Signal()       # drop every step in flight (abort, fault, restart)
 
+        # The opcode, decoded as the command is accepted (below): one flip-flop per
+        # operation, so that the issue and data stages start from registers rather
+        # than from a six-bit comparison.
         is_op = {o: Signal(name=f"is_{o.name.lower()}") for o in MicroOp
                  if o not in (MicroOp.NOP, MicroOp.RET, MicroOp.DMA_LOAD, MicroOp.DMA_STORE,
                               MicroOp.WAIT)}
-        for o, sig in is_op.items():
-            m.d.comb += sig.eq(op == o)
+        vec_op = Signal(VectorOp)
         rows_phase = is_op[MicroOp.REQUANT] & ~load
         incremental = is_op[MicroOp.MATMUL] | is_op[MicroOp.VPOOL]
 
@@ -442,13 +443,6 @@ class ComputeUnit(wiring.Component):
                                      d_valid & rows_phase, squash)
 
         # Vector ALU.
-        vec_op = Signal(VectorOp)
-        with m.Switch(op):
-            for o, v in ((MicroOp.VADD, VectorOp.VADD), (MicroOp.VPOOL, VectorOp.VPOOL),
-                         (MicroOp.VCLAMP, VectorOp.VCLAMP), (MicroOp.VCMP, VectorOp.VCMP),
-                         (MicroOp.VARGMAX, VectorOp.VARGMAX)):
-                with m.Case(o):
-                    m.d.comb += vec_op.eq(v)
         vector = (is_op[MicroOp.VADD] | is_op[MicroOp.VPOOL] | is_op[MicroOp.VCLAMP] |
                   is_op[MicroOp.VCMP] | is_op[MicroOp.VARGMAX])
         writes_word = is_op[MicroOp.VADD] | is_op[MicroOp.VCLAMP]
@@ -583,8 +577,14 @@ class ComputeUnit(wiring.Component):
         p = self.cmd.payload
         pa = p.args
         with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [sig.eq(p.op == o) for o, sig in is_op.items()]
+            m.d.sync += vec_op.eq(0)
+            for o, v in ((MicroOp.VADD, VectorOp.VADD), (MicroOp.VPOOL, VectorOp.VPOOL),
+                         (MicroOp.VCLAMP, VectorOp.VCLAMP), (MicroOp.VCMP, VectorOp.VCMP),
+                         (MicroOp.VARGMAX, VectorOp.VARGMAX)):
+                with m.If(p.op == o):
+                    m.d.sync += vec_op.eq(v)
             m.d.sync += [
-                op.eq(p.op),
                 args.eq(pa),
                 part.eq(p.part),
                 idx.eq(0),
