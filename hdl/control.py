@@ -267,6 +267,15 @@ class ControlUnit(wiring.Component):
         m.d.comb += self.events.swap.eq(take_swap)
 
         # -- trace record of the current call -----------------------------------------
+        # The DMA's word pulses are registered before they are added: they come out of
+        # the scratchpad's arbitration late in the cycle, and a 32-bit adder after them
+        # was the longest path of the ULX3S build (docs/fpga.md, step 18). The record
+        # adds the last cycle's pulse itself, so it still counts every word moved
+        # before the cycle it is pushed in.
+        words_in = Signal()
+        words_out = Signal()
+        m.d.sync += [words_in.eq(self.in_kernel & self.dma_word_in),
+                     words_out.eq(self.in_kernel & self.dma_word_out)]
         record = self.trace_record
         m.d.comb += [
             record.slot.eq(self.slot),
@@ -276,8 +285,8 @@ class ControlUnit(wiring.Component):
             # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
             record.cycles.eq(call_cycles + 1),
             record.dma_busy.eq(call_dma_busy),
-            record.bytes_in.eq(call_words_in * cfg.word_bytes),
-            record.bytes_out.eq(call_words_out * cfg.word_bytes),
+            record.bytes_in.eq((call_words_in + words_in) * cfg.word_bytes),
+            record.bytes_out.eq((call_words_out + words_out) * cfg.word_bytes),
             record.mac_busy.eq(call_mac_busy),
             record.vec_busy.eq(call_vec_busy),
         ]
@@ -285,8 +294,8 @@ class ControlUnit(wiring.Component):
             m.d.sync += [
                 call_cycles.eq(call_cycles + 1),
                 call_dma_busy.eq(call_dma_busy + self.dma_busy),
-                call_words_in.eq(call_words_in + self.dma_word_in),
-                call_words_out.eq(call_words_out + self.dma_word_out),
+                call_words_in.eq(call_words_in + words_in),
+                call_words_out.eq(call_words_out + words_out),
                 call_mac_busy.eq(call_mac_busy + self.mac_busy),
                 call_vec_busy.eq(call_vec_busy + self.vec_busy),
             ]
@@ -336,13 +345,23 @@ class ControlUnit(wiring.Component):
             fetched_taken.eq(self.flags.bit_select(fetched.sel[:3], 1) == fetched.cond[0]),
             fetched_target.eq(next_pc),
         ]
+        # Whether the target is past the bank, tested on each candidate beside the
+        # selection (the store's output, through the flag test, chose a target and
+        # then compared it: the longest path into the control unit).
+        fetched_outside = Signal()
+        next_past = next_pc >= cfg.plan_depth
+        a_past = fetched.a >= cfg.plan_depth
+        m.d.comb += fetched_outside.eq(next_past)
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
-                m.d.comb += fetched_target.eq(fetched.a)
+                m.d.comb += [fetched_target.eq(fetched.a), fetched_outside.eq(a_past)]
             with m.Case(PlanOp.BRANCH):
-                m.d.comb += fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc))
+                m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc)),
+                             fetched_outside.eq(Mux(fetched_taken, a_past, next_past))]
             with m.Case(PlanOp.SWITCH):
-                m.d.comb += fetched_target.eq(fetched.a + fetched_where)
+                switched = fetched.a + fetched_where
+                m.d.comb += [fetched_target.eq(switched),
+                             fetched_outside.eq(switched >= cfg.plan_depth)]
         # Whether the instruction is illegal: an operand out of its range, or ASSUME,
         # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
         # change between the fetch and the execution either: only a miss changes it
@@ -380,7 +399,7 @@ class ControlUnit(wiring.Component):
                 where_outside.eq(fetched_where >= fetched.b),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
-                goto_outside.eq(fetched_target >= cfg.plan_depth),
+                goto_outside.eq(fetched_outside),
             ]
 
         # -- the operand check of compute micro-instructions ------------------------------
