@@ -348,9 +348,14 @@ class ControlUnit(wiring.Component):
         # Whether the target is past the bank, tested on each candidate beside the
         # selection (the store's output, through the flag test, chose a target and
         # then compared it: the longest path into the control unit).
+        # plan_depth is a power of two: a value is past the bank when a bit above its
+        # PC bits is set, and a sum of two such values also when their PC bits carry.
+        pc_bits = (cfg.plan_depth - 1).bit_length()
         fetched_outside = Signal()
-        next_past = next_pc >= cfg.plan_depth
-        a_past = fetched.a >= cfg.plan_depth
+        next_past = next_pc[pc_bits:].any()
+        a_past = fetched.a[pc_bits:].any()
+        switched_past = (a_past | fetched_where[pc_bits:].any() |
+                         (fetched.a[:pc_bits] + fetched_where[:pc_bits])[pc_bits])
         m.d.comb += fetched_outside.eq(next_past)
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
@@ -359,9 +364,8 @@ class ControlUnit(wiring.Component):
                 m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc)),
                              fetched_outside.eq(Mux(fetched_taken, a_past, next_past))]
             with m.Case(PlanOp.SWITCH):
-                switched = fetched.a + fetched_where
-                m.d.comb += [fetched_target.eq(switched),
-                             fetched_outside.eq(switched >= cfg.plan_depth)]
+                m.d.comb += [fetched_target.eq(fetched.a + fetched_where),
+                             fetched_outside.eq(switched_past)]
         # Whether the instruction is illegal: an operand out of its range, or ASSUME,
         # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
         # change between the fetch and the execution either: only a miss changes it

@@ -28,9 +28,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from fusetile.host import open_transport
 from fusetile.host.device import Device
 from fusetile.kernels.config import TileConfig
-from fusetile.kernels.isa import MicroInstr, MicroOp
+from fusetile.kernels.isa import FaultCause, MicroInstr, MicroOp
 from fusetile.kernels.program import (assume, call, commit, dma_load, dma_store, done, mark,
-                                      matmul, requant, ret, vargmax, vcfg, vclamp, vcmp, wait)
+                                      matmul, nop, requant, ret, switch, vargmax, vcfg,
+                                      vclamp, vcmp, wait)
 
 from conftest import require_simulator
 from programs import SPAN_WORDS, Program, differences, random_program, run_program
@@ -175,6 +176,33 @@ def test_vcfg_after_vcmp_keeps_the_flag(amaranth_pair):
     program.gmem = bytes(8) + bytes([5] * 8) + program.gmem[16:]
     result = check(model, rtl, program)
     assert result["flags"] == 0b100001 and result["index"][2] == 1
+
+
+@pytest.mark.parametrize("table, past", [(SMALL.plan_depth - 4, False),
+                                          (SMALL.plan_depth - 2, True)])
+def test_switch_past_the_bank(amaranth_pair, table, past):
+    """A SWITCH whose table starts inside the bank and whose entry (X0 = 2, from a
+    VARGMAX) lands past it faults, though neither the table's start nor the index is
+    past the bank alone (their PC bits carry); two entries lower it lands on the
+    bank's last instructions."""
+    model, rtl = amaranth_pair
+    wb, depth = SMALL.word_bytes, SMALL.plan_depth
+    kernel = [dma_load(gmem=0, spad=0, cols=4), wait(),
+              vargmax(addr=0, n=4, index=0, lane=wb - 1), wait(compute=True), ret()]
+    plan = [call(0), switch(0, table, 4)] + [nop()] * (depth - 4) + [mark(5), done()]
+    program = _minimal(kernel, plan)
+    image = bytearray(program.gmem)
+    for w, value in enumerate([-5, 3, 9, 1]):        # lane wb - 1: word 2 is the largest
+        image[w * wb + wb - 1] = value & 0xFF
+    program.gmem = bytes(image)
+    result = check(model, rtl, program)
+    assert result["index"][0] == 2
+    if past:
+        fault = result["fault"]
+        assert (fault["cause"], fault["plan_pc"], fault["addr"]) == \
+            (FaultCause.PLAN_RANGE, 1, depth)
+    else:
+        assert result["fault"] is None and result["mark"] == 5
 
 
 # -- the model against Verilator and Icarus -----------------------------------------------
