@@ -259,8 +259,16 @@ class ComputeUnit(wiring.Component):
         idx = Signal(16)        # step (MATMUL), word, output (VPOOL) or row (REQUANT)
         total = Signal(16)      # steps of the current phase
         win_t = Signal(4)       # VPOOL: word of the window
-        base_a = Signal(_ADDR_BITS)   # streams at base + idx
+        base_a = Signal(_ADDR_BITS)   # streams at base + idx ...
         base_b = Signal(_ADDR_BITS)
+        # ... kept as a running pointer too (base + idx, stepped with idx), so that a
+        # read's offset comes from a register and not from an adder in front of the
+        # scratchpad's arbitration.
+        ptr_a = Signal(_ADDR_BITS)
+        ptr_b = Signal(_ADDR_BITS)
+
+        def start_at(base, ptr, addr):
+            return [base.eq(addr), ptr.eq(addr)]
         inc_a = Signal(_ADDR_BITS)    # MATMUL a; VPOOL word (o, t)
         inc_b = Signal(_ADDR_BITS)    # MATMUL b
         row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
@@ -308,8 +316,8 @@ class ComputeUnit(wiring.Component):
         off_a = Signal(_ADDR_BITS)
         off_b = Signal(_ADDR_BITS)
         m.d.comb += [
-            off_a.eq(Mux(incremental, inc_a, base_a + idx)),
-            off_b.eq(Mux(incremental, inc_b, base_b + idx)),
+            off_a.eq(Mux(incremental, inc_a, ptr_a)),
+            off_b.eq(Mux(incremental, inc_b, ptr_b)),
         ]
         need_a = ~rows_phase
         need_b = (is_op[MicroOp.MATMUL] | is_op[MicroOp.VADD]) & ~load
@@ -383,6 +391,8 @@ class ComputeUnit(wiring.Component):
             with m.Else():
                 m.d.sync += [
                     idx.eq(idx + 1),
+                    ptr_a.eq(ptr_a + 1),
+                    ptr_b.eq(ptr_b + 1),
                     inc_a.eq(inc_a + mm.a_stride),
                     inc_b.eq(inc_b + mm.b_stride),
                 ]
@@ -558,6 +568,8 @@ class ComputeUnit(wiring.Component):
             m.d.comb += squash.eq(1)
             m.d.sync += [
                 idx.eq(w_count),
+                ptr_a.eq(base_a + w_count),
+                ptr_b.eq(base_b + w_count),
                 win_t.eq(0),
                 row_addr.eq(w_row),
                 inc_a.eq(w_row),
@@ -567,7 +579,8 @@ class ComputeUnit(wiring.Component):
             with m.If(rfault):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
-                m.d.sync += [load.eq(0), idx.eq(0), total.eq(R)]
+                m.d.sync += [load.eq(0), idx.eq(0), ptr_a.eq(base_a), ptr_b.eq(base_b),
+                             total.eq(R)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
 
@@ -607,7 +620,7 @@ class ComputeUnit(wiring.Component):
                         running.eq(1),
                         load.eq(1),
                         total.eq(self.bias_words),
-                        base_a.eq(pa.acc_bias.addr),
+                        *start_at(base_a, ptr_a, pa.acc_bias.addr),
                     ]
                 with m.Case(MicroOp.REQUANT):
                     rqa = pa.requant
@@ -615,7 +628,7 @@ class ComputeUnit(wiring.Component):
                         running.eq(1),
                         load.eq(rqa.per_channel),
                         total.eq(Mux(rqa.per_channel, self.table_words, R)),
-                        base_a.eq(rqa.param_addr),
+                        *start_at(base_a, ptr_a, rqa.param_addr),
                         w_addr.eq(rqa.out_addr),
                         w_stride.eq(rqa.out_stride),
                     ]
@@ -623,8 +636,8 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(pa.vadd.n != 0),
                         total.eq(pa.vadd.n),
-                        base_a.eq(pa.vadd.a_addr),
-                        base_b.eq(pa.vadd.b_addr),
+                        *start_at(base_a, ptr_a, pa.vadd.a_addr),
+                        *start_at(base_b, ptr_b, pa.vadd.b_addr),
                         w_addr.eq(pa.vadd.out_addr),
                     ]
                 with m.Case(MicroOp.VPOOL):
@@ -643,7 +656,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(pa.vclamp.n != 0),
                         total.eq(pa.vclamp.n),
-                        base_a.eq(pa.vclamp.in_addr),
+                        *start_at(base_a, ptr_a, pa.vclamp.in_addr),
                         w_addr.eq(pa.vclamp.out_addr),
                     ]
                 with m.Case(MicroOp.VCMP):
@@ -651,7 +664,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(1),
                         total.eq(Mux(pa.vcmp.reduce, word + 1, 1)),
-                        base_a.eq(pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
+                        *start_at(base_a, ptr_a, pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
@@ -663,7 +676,7 @@ class ComputeUnit(wiring.Component):
                         m.d.sync += [
                             running.eq(1),
                             total.eq(Mux(va.column, va.n, ((va.n - 1) >> lane_bits) + 1)),
-                            base_a.eq(va.addr),
+                            *start_at(base_a, ptr_a, va.addr),
                         ]
                 with m.Case(MicroOp.VCFG):
                     value = pa.vcfg.value
