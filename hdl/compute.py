@@ -266,9 +266,6 @@ class ComputeUnit(wiring.Component):
         # scratchpad's arbitration.
         ptr_a = Signal(_ADDR_BITS)
         ptr_b = Signal(_ADDR_BITS)
-
-        def start_at(base, ptr, addr):
-            return [base.eq(addr), ptr.eq(addr)]
         inc_a = Signal(_ADDR_BITS)    # MATMUL a; VPOOL word (o, t)
         inc_b = Signal(_ADDR_BITS)    # MATMUL b
         row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
@@ -589,6 +586,11 @@ class ComputeUnit(wiring.Component):
         m.d.comb += self.cmd.ready.eq(~self.busy & ~self.fault & ~self.abort)
         p = self.cmd.payload
         pa = p.args
+
+        def start_at(base, ptr, addr):
+            """A stream from ``addr``: its base and its running pointer."""
+            return [base.eq(addr), ptr.eq(addr)]
+
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [sig.eq(p.op == o) for o, sig in is_op.items()]
             m.d.sync += vec_op.eq(0)

@@ -347,9 +347,9 @@ class ControlUnit(wiring.Component):
         ]
         # Whether the target is past the bank, tested on each candidate beside the
         # selection (the store's output, through the flag test, chose a target and
-        # then compared it: the longest path into the control unit).
-        # plan_depth is a power of two: a value is past the bank when a bit above its
-        # PC bits is set, and a sum of two such values also when their PC bits carry.
+        # then compared it: the longest path into the control unit). plan_depth is a
+        # power of two: a value is past the bank when a bit above its PC bits is set,
+        # and a sum of two such values also when their PC bits carry.
         pc_bits = (cfg.plan_depth - 1).bit_length()
         fetched_outside = Signal()
         next_past = next_pc[pc_bits:].any()
