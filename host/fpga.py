@@ -26,8 +26,8 @@ from ..hdl.board import BoardTop, DEFAULT_BAUD, LED_MEANINGS, board as find_boar
 from ..kernels.config import TileConfig
 
 
-__all__ = ["FpgaError", "TOOLS", "tool_environment", "build", "program", "parse_report",
-           "parse_yosys_stat"]
+__all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "tool_environment", "build", "program",
+           "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
@@ -55,14 +55,13 @@ _RESOURCES = {
 # (Yosys 0.70, ABC_OPS_REINTEGRATE: "GetSize(conn.first) == GetSize(conn.second)"; 0.62
 # fails likewise), and synth_ecp5 has no switch to leave it out. So the ECP5 flow stops
 # before its map_luts step, maps LUTs with the classic ABC and resumes at map_cells:
-# the same script otherwise.
+# the same script otherwise. (scripts/block_sizes.py maps LUTs the same way.)
+ECP5_LUT_MAPPING = ["techmap -map +/lattice/latches_map.v", "abc -lut 4", "clean"]
 _SYNTH_OPTIONS = {
     "ecp5": {
         "synth_opts": "-run begin:map_luts",
         "script_after_synth": "\n".join([
-            "techmap -map +/lattice/latches_map.v",
-            "abc -lut 4",
-            "clean",
+            *ECP5_LUT_MAPPING,
             "synth_ecp5 -top fusetile -run map_cells:",
         ]),
     },

@@ -20,25 +20,20 @@ the hierarchy is kept, on the iCE40 too (``host/fpga.py``).
 import argparse
 import dataclasses
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from amaranth.back import rtlil
+from fusetile.hdl.board import board as find_board
+from fusetile.host.fpga import ECP5_LUT_MAPPING
 
-from fusetile.hdl.board import BoardCore, DEFAULT_BAUD, board as find_board
-from fusetile.host.fpga import tool_environment
+from timing_paths import map_core       # scripts/ is on the path when run as a script
 
 
 # Yosys script per family: the board's flow up to LUT mapping, the classic ABC, the rest.
 _FLOWS = {
     "ecp5": [
         "synth_ecp5 -noflatten -top fusetile -run begin:map_luts",
-        "techmap -map +/lattice/latches_map.v",
-        "abc -lut 4",
-        "clean",
+        *ECP5_LUT_MAPPING,
         "synth_ecp5 -noflatten -top fusetile -run map_cells:",
     ],
     "ice40": [
@@ -64,16 +59,8 @@ _COLUMNS = {
 
 def synthesize(board, config, out):
     """Map ``board``'s core with ``config``; the text of Yosys' ``stat``."""
-    _, divisor = board.clock_plan(None, DEFAULT_BAUD)
-    out.mkdir(parents=True, exist_ok=True)
-    core = BoardCore(config, divisor=divisor, leds=board.leds)
-    (out / "core.il").write_text(rtlil.convert(core, name="fusetile"))
-    (out / "blocks.ys").write_text("\n".join(
-        ["read_rtlil core.il", *_FLOWS[board.family], "tee -q -o stat.txt stat"]) + "\n")
-    yosys = tool_environment(board.family)["YOSYS"]
-    print(f"mapping {board.name}'s core with {yosys} (a minute or two)...", file=sys.stderr)
-    subprocess.run([yosys, "-q", "-l", "blocks.log", "blocks.ys"], cwd=out, check=True,
-                   env=os.environ)
+    map_core(board, config, out, [*_FLOWS[board.family], "tee -q -o stat.txt stat"],
+             log="blocks.log")
     return (out / "stat.txt").read_text()
 
 

@@ -38,26 +38,31 @@ LUT, CARRY, CARRY_IN, MUX = 0.4, 0.05, 0.3, 0.2
 MULT, BRAM_OUT, FF_OUT, SETUP = 4.5, 4.3, 0.4, 0.2
 
 
+def map_core(board, config, out, script, *, log):
+    """Write ``board``'s core (``BoardCore``: the tile and its UART bridge, no PLL or
+    I/O) with ``config`` to ``out/core.il`` and run Yosys there on it with ``script``
+    (the lines after reading it), logging to ``out/log``."""
+    _, divisor = board.clock_plan(None, DEFAULT_BAUD)
+    out.mkdir(parents=True, exist_ok=True)
+    core = BoardCore(config, divisor=divisor, leds=board.leds)
+    (out / "core.il").write_text(rtlil.convert(core, name="fusetile"))
+    (out / "map.ys").write_text("\n".join(["read_rtlil core.il", *script]) + "\n")
+    yosys = tool_environment(board.family)["YOSYS"]
+    print(f"mapping {board.name}'s core with {yosys} (a few minutes)...", file=sys.stderr)
+    subprocess.run([yosys, "-q", "-l", log, "map.ys"], cwd=out, check=True, env=os.environ)
+
+
 def synthesize(board_name, out):
     """Map the board's core to ECP5 cells; the path of the netlist (Yosys JSON)."""
     board = find_board(board_name)
     if board.family != "ecp5":
         raise SystemExit(f"{board_name}: only the ECP5 flow is modelled")
-    _, divisor = board.clock_plan(None, DEFAULT_BAUD)
-    out.mkdir(parents=True, exist_ok=True)
-    core = BoardCore(board.config, divisor=divisor, leds=board.leds)
-    (out / "core.il").write_text(rtlil.convert(core, name="fusetile"))
     options = _SYNTH_OPTIONS["ecp5"]
-    (out / "map.ys").write_text("\n".join([
-        "read_rtlil core.il",
+    map_core(board, board.config, out, [
         f"synth_ecp5 -top fusetile {options['synth_opts']}",
         options["script_after_synth"],
         "write_json mapped.json",
-    ]) + "\n")
-    yosys = tool_environment("ecp5")["YOSYS"]
-    print(f"mapping {board_name}'s core with {yosys} (about two minutes)...", file=sys.stderr)
-    subprocess.run([yosys, "-q", "-l", "map.log", "map.ys"], cwd=out, check=True,
-                   env=os.environ)
+    ], log="map.log")
     return out / "mapped.json"
 
 
