@@ -2,16 +2,16 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile a46355242997bd34. */
+ * Generated for hardware profile 4fd93e620adf7701. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
 
 #define FT_MAGIC                                 0x4654494Cu
 #define FT_VERSION_MAJOR                         0
-#define FT_VERSION_MINOR                         1
+#define FT_VERSION_MINOR                         2
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "a46355242997bd34"
+#define FT_PROFILE_HASH                          "4fd93e620adf7701"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -28,11 +28,12 @@
 #define FT_CFG_STAGING_WORDS                     64
 #define FT_CFG_DMA_QUEUE                         4
 #define FT_CFG_SLOT_COUNTERS                     1
+#define FT_CFG_VECTOR_LANES                      8
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
-#define FT_VERSION_VALUE                         0x00000100u
-#define FT_HWCFG_ARRAY_VALUE                     0x00080808u
+#define FT_VERSION_VALUE                         0x00000200u
+#define FT_HWCFG_ARRAY_VALUE                     0x08080808u
 #define FT_HWCFG_SPAD_VALUE                      0x08040200u
 #define FT_HWCFG_CTRL_VALUE                      0x04D57810u
 #define FT_HWCFG_GMEM_VALUE                      0x00010000u
@@ -64,6 +65,8 @@
 #define FT_HWCFG_ARRAY_COLS_MASK                 0x0000FF00u  /* R */
 #define FT_HWCFG_ARRAY_WORD_BYTES_SHIFT          16
 #define FT_HWCFG_ARRAY_WORD_BYTES_MASK           0x00FF0000u  /* R */
+#define FT_HWCFG_ARRAY_VECTOR_LANES_SHIFT        24
+#define FT_HWCFG_ARRAY_VECTOR_LANES_MASK         0xFF000000u  /* R */
 
 /* HWCFG_SPAD: Scratchpad configuration. */
 #define FT_HWCFG_SPAD_ADDR                       0x000Cu

@@ -134,7 +134,7 @@ BOARDS = {b.name: b for b in (
         config=TileConfig(rows=4, cols=4, word_bytes=4, spad_banks=2, spad_bank_words=256,
                           partitions=4, kernel_slots=4, slot_depth=64, plan_depth=64,
                           gmem_bytes=4096, trace_depth=16, staging_words=16,
-                          dma_queue=2, slot_counters=False),
+                          dma_queue=2, slot_counters=False, vector_lanes=1),
         clock_hz=24e6,
         description="1BitSquared iCEBreaker, Lattice iCE40UP5K (5,280 LUT4, 30 EBR, 8 DSP)",
     ),

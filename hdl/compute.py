@@ -89,6 +89,13 @@ class ComputeUnit(wiring.Component):
     VCFG       0
     =========  =========================================================
 
+    With fewer vector lanes than lanes in a word (P = ``config.vector_passes`` > 1), a
+    REQUANT row, a VADD word and the last word of a VPOOL average's window issue at
+    most one per P cycles (the lane multipliers take P cycles over each), and every
+    vector result comes P - 1 cycles later: REQUANT ``R * P + 7`` (and the table),
+    VADD ``n * P + 9``, VPOOL with ``average`` ``(n - 1) * max(window, P) + window + 8
+    + P``, the others ``P - 1`` more than above.
+
     Each stalled read adds a cycle. Reads of ``a`` and ``b`` in the same bank in the
     same cycle make ``b`` stall, so a MATMUL or VADD whose two operands are always in
     the same bank takes two cycles per step (the compiler should put them in different
@@ -309,6 +316,8 @@ class ComputeUnit(wiring.Component):
 
         issuing = Signal()
         m.d.comb += issuing.eq(running & ~rfault & (idx != total))
+        wait_pass = Signal()    # a scaled step waits for the multipliers' passes (below)
+        issue_now = issuing & ~wait_pass
 
         off_a = Signal(_ADDR_BITS)
         off_b = Signal(_ADDR_BITS)
@@ -318,8 +327,8 @@ class ComputeUnit(wiring.Component):
         ]
         need_a = ~rows_phase
         need_b = (is_op[MicroOp.MATMUL] | is_op[MicroOp.VADD]) & ~load
-        want_a = issuing & need_a & ~a_have
-        want_b = issuing & need_b & ~b_have
+        want_a = issue_now & need_a & ~a_have
+        want_b = issue_now & need_b & ~b_have
         for port, want, off in ((self.a, want_a, off_a), (self.b, want_b, off_b)):
             m.d.comb += [
                 port.part.eq(part),
@@ -340,7 +349,7 @@ class ComputeUnit(wiring.Component):
             b_done.eq(~need_b | b_have | b_performed),
         ]
         advance = Signal()
-        m.d.comb += advance.eq(issuing & a_done & b_done & ~a_bad & ~b_bad)
+        m.d.comb += advance.eq(issue_now & a_done & b_done & ~a_bad & ~b_bad)
 
         vpool_last_t = win_t == vpool.window - 1
         first = Signal()
@@ -351,6 +360,19 @@ class ComputeUnit(wiring.Component):
             m.d.comb += first.eq((idx == 0) & ~mm.accumulate)
         with m.Else():
             m.d.comb += [first.eq(idx == 0), last.eq(idx == total - 1)]
+
+        # With fewer vector lanes than a word has, a row or a scaled word keeps the lane
+        # multipliers for `passes` cycles: the next one issues no sooner.
+        passes = cfg.vector_passes
+        if passes > 1:
+            pace = Signal(range(passes))
+            scaled_step = rows_phase | is_op[MicroOp.VADD] | \
+                (is_op[MicroOp.VPOOL] & vpool.average & last)
+            m.d.comb += wait_pass.eq(scaled_step & (pace != 0))
+            with m.If(advance & scaled_step):
+                m.d.sync += pace.eq(passes - 1)
+            with m.Elif(pace != 0):
+                m.d.sync += pace.eq(pace - 1)
 
         # ACC row readout for REQUANT: registered, so it arrives with the data stage.
         m.d.comb += mac.row.eq(idx)
@@ -446,7 +468,7 @@ class ComputeUnit(wiring.Component):
             rq_in.lo.eq(regs.lo),
             rq_in.hi.eq(regs.hi),
         ]
-        rq_pipe, rq_out = _shift_reg(m, "rq_pipe", VectorAlu.REQUANT_LATENCY,
+        rq_pipe, rq_out = _shift_reg(m, "rq_pipe", alu.requant_latency,
                                      d_valid & rows_phase, squash)
 
         # Vector ALU.
@@ -475,7 +497,7 @@ class ComputeUnit(wiring.Component):
             alu_in.hi.eq(vclamp.hi),
             alu.regs.eq(regs),
         ]
-        alu_pipe, alu_out = _shift_reg(m, "alu_pipe", VectorAlu.LATENCY,
+        alu_pipe, alu_out = _shift_reg(m, "alu_pipe", alu.latency,
                                        d_valid & vector & (writes_word | d_last), squash)
 
         # -- write stage ----------------------------------------------------------------

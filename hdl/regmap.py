@@ -32,7 +32,7 @@ __all__ = [
 
 
 MAGIC = 0x4654494C                 # "FTIL"
-VERSION = (0, 1, 0)                # (major, minor, patch) of the register map and ISA
+VERSION = (0, 2, 0)                # (major, minor, patch) of the register map and ISA
 
 CSR_BASE  = 0x0000_0000
 CSR_SPAN  = 0x0000_1000
@@ -127,6 +127,8 @@ def tile_memory_map(config):
             Field("rows", 8, R, doc="MAC array rows."),
             Field("cols", 8, R, doc="MAC array columns."),
             Field("word_bytes", 8, R, doc="Bytes per scratchpad/DMA/GMEM word."),
+            Field("vector_lanes", 8, R, doc="Lanes the vector unit scales per cycle "
+                  "(0, from tiles before register map 0.2: word_bytes)."),
         ], "Compute array configuration."), 0x008, group="identity")
     reg(Register("HWCFG_SPAD", [
             Field("bank_words", 16, R, doc="Words per scratchpad bank."),
@@ -297,7 +299,7 @@ def hwcfg_values(config):
         "ID": pack("ID", magic=MAGIC),
         "VERSION": pack("VERSION", major=VERSION[0], minor=VERSION[1], patch=VERSION[2]),
         "HWCFG_ARRAY": pack("HWCFG_ARRAY", rows=config.rows, cols=config.cols,
-                            word_bytes=config.word_bytes),
+                            word_bytes=config.word_bytes, vector_lanes=config.scaler_lanes),
         "HWCFG_SPAD": pack("HWCFG_SPAD", bank_words=config.spad_bank_words,
                            banks=config.spad_banks, partitions=config.partitions),
         "HWCFG_CTRL": pack("HWCFG_CTRL", kernel_slots=config.kernel_slots,
@@ -331,8 +333,10 @@ def config_from_hwcfg(values):
                          f"{int(version.minor)}, this host speaks {VERSION[0]}.{VERSION[1]}")
     array, spad, ctrl, gmem = (view(n) for n in ("HWCFG_ARRAY", "HWCFG_SPAD", "HWCFG_CTRL",
                                                  "HWCFG_GMEM"))
+    word_bytes, vector_lanes = int(array.word_bytes), int(array.vector_lanes)
     return TileConfig(
-        rows=int(array.rows), cols=int(array.cols), word_bytes=int(array.word_bytes),
+        rows=int(array.rows), cols=int(array.cols), word_bytes=word_bytes,
+        vector_lanes=None if vector_lanes in (0, word_bytes) else vector_lanes,
         spad_banks=int(spad.banks), spad_bank_words=int(spad.bank_words),
         partitions=int(spad.partitions),
         kernel_slots=int(ctrl.kernel_slots), slot_depth=1 << int(ctrl.slot_depth_log2),

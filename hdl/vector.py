@@ -169,6 +169,12 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     return values, saturated
 
 
+def _next_group(lanes, group):
+    """``lanes`` (an array) moved down by ``group`` lanes, zeros in at the top."""
+    bits = len(lanes.as_value()) // len(lanes) * group
+    return Cat(lanes.as_value()[bits:], Const(0, bits))
+
+
 def _check_lanes(lanes):
     if not isinstance(lanes, int) or isinstance(lanes, bool):
         raise TypeError(f"lanes must be an integer, not {lanes!r}")
@@ -403,7 +409,17 @@ class VectorAlu(wiring.Component):
       ``addr .. addr + n - 1`` and the ``lane`` (with every word). ``expect`` with the
       last word.
 
-    Pipeline (``LATENCY`` = 8): input registers; operand preparation and the
+    With ``config.vector_lanes`` below ``word_bytes`` (:attr:`TileConfig.vector_passes`
+    = P > 1), the lane multipliers and everything after them are built for
+    ``vector_lanes`` lanes and a row or a scaled word (VADD, the last word of a VPOOL
+    average) goes through them a group of lanes per cycle, in P cycles: its operands
+    shift down a group each cycle, and its results shift into a word that is complete
+    with the last group. Every result then comes P - 1 cycles later (:attr:`latency`,
+    :attr:`requant_latency`), and a row or a scaled word must come at least P cycles
+    after the previous one (the compute unit paces them); the other words still come
+    one per cycle.
+
+    Pipeline (``LATENCY`` = 8 with P = 1): input registers; operand preparation and the
     reductions (VPOOL sums and maxima, VCLAMP); partial products; the products' sum;
     shift and sticky; rounding and zero point; clamp; output register. VADD is
     ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
@@ -446,9 +462,11 @@ class VectorAlu(wiring.Component):
         If ``config`` is not a :class:`TileConfig`.
     """
 
-    #: Cycles from the word completing a result on ``i`` to the result on ``o``.
+    #: Cycles from the word completing a result on ``i`` to the result on ``o``, with a
+    #: pass per row (:attr:`latency` in general).
     LATENCY = 8
-    #: Cycles from a row on ``rq`` to its result on ``rq_o``.
+    #: Cycles from a row on ``rq`` to its result on ``rq_o``, with a pass per row
+    #: (:attr:`requant_latency` in general).
     REQUANT_LATENCY = 6
     #: At most this many registers on the lane tree of VCMP and VARGMAX, so that the
     #: merge (a stage) and the comparison (a stage) are done by stage 7.
@@ -473,9 +491,21 @@ class VectorAlu(wiring.Component):
     def config(self):
         return self._config
 
+    @property
+    def latency(self):
+        """Cycles from the word completing a result on ``i`` to the result on ``o``."""
+        return self.LATENCY + self._config.vector_passes - 1
+
+    @property
+    def requant_latency(self):
+        """Cycles from a row on ``rq`` to its result on ``rq_o``."""
+        return self.REQUANT_LATENCY + self._config.vector_passes - 1
+
     def elaborate(self, platform):
         lanes = self._config.word_bytes
         half = lanes // 2
+        group = self._config.scaler_lanes       # lanes through the multipliers per cycle
+        tail = self._config.vector_passes - 1   # cycles a result waits for its last group
         m = Module()
 
         m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]
@@ -491,7 +521,15 @@ class VectorAlu(wiring.Component):
             m.d.sync += s1.eq(self.i.payload)
         s1_valid = _register(m, self.i.valid, "s1_valid", reset_less=False)
         s1_regs = _register(m, self.regs, "s1_regs")
-        row = _register(m, self.rq.payload, "row")
+        if tail:
+            # A row shifts its accumulators down a group per cycle until the next row.
+            row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
+            with m.If(self.rq.valid):
+                m.d.sync += row.eq(self.rq.payload)
+            with m.Else():
+                m.d.sync += row.acc.eq(_next_group(row.acc, group))
+        else:
+            row = _register(m, self.rq.payload, "row")
         row_valid = _register(m, self.rq.valid, "row_valid", reset_less=False)
 
         # Stage 2: operands and reductions.
@@ -628,15 +666,26 @@ class VectorAlu(wiring.Component):
         s2_pairs = _register(m, s1.pairs, "s2_pairs")
         s2_scaled = _register(m, (op == VectorOp.VADD) |
                               ((op == VectorOp.VPOOL) & s1.average), "s2_scaled")
-        s2_regs = _register(m, s1_regs, "s2_regs")
+        if tail:
+            # A scaled word's operands and registers stay for its passes, the operands
+            # shifting down a group per cycle (other words leave them alone).
+            s2_regs = Signal(VectorRegs, name="s2_regs", reset_less=True)
+            scaled_in = s1_valid & ((op == VectorOp.VADD) |
+                                    ((op == VectorOp.VPOOL) & s1.average & s1.last))
+            with m.If(scaled_in):
+                m.d.sync += s2_regs.eq(s1_regs)
+            with m.Else():
+                m.d.sync += [opa.eq(_next_group(opa, group)), opb.eq(_next_group(opb, group))]
+        else:
+            s2_regs = _register(m, s1_regs, "s2_regs")
 
         # Stages 3..7 (a row's 2..6): (opa * MULT_A + opb * MULT_B), or a row's
-        # acc * mult, requantised, on the same multipliers.
+        # acc * mult, requantised, on the same multipliers (the lanes of a group).
         rows = self.requant
         prods = [_product_sum(m, rows, [(row.acc[j], row.mult)],
                               [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
                               f"prod{j}")
-                 for j in range(lanes)]
+                 for j in range(group)]
         shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), 2, f"scale_{name}")
                              for of_row, of_word, name in (
                                  (row.shift, s2_regs.shift, "shift"),
@@ -644,8 +693,19 @@ class VectorAlu(wiring.Component):
                                  (row.lo, s2_regs.lo, "lo"),
                                  (row.hi, s2_regs.hi, "hi")))
         scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
+        if tail:
+            # The groups before the last, oldest lowest: with the last one, the word.
+            done = Signal(data.ArrayLayout(signed(8), lanes - group), name="rq_done",
+                          reset_less=True)
+            done_sat = Signal(lanes - group, name="rq_done_sat", reset_less=True)
+            m.d.sync += [
+                done.eq(Cat(done.as_value()[8 * group:], *scaled)),
+                done_sat.eq(Cat(done_sat[group:], *saturated)),
+            ]
+            scaled = [done[j] for j in range(lanes - group)] + scaled
+            saturated = [done_sat[j] for j in range(lanes - group)] + saturated
         row_valids = [row_valid]                # row_valids[k]: stage 1 + k
-        for k in range(1, self.REQUANT_LATENCY):
+        for k in range(1, self.requant_latency):
             row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid",
                                         reset_less=False))
         m.d.comb += [
@@ -654,17 +714,18 @@ class VectorAlu(wiring.Component):
             self.rq_o.payload.saturated.eq(Cat(*saturated)),
         ]
 
-        # Stage 8: output register; pairs leave the upper half of the lanes 0.
+        # Stage 8: output register; pairs leave the upper half of the lanes 0. (With
+        # more than one pass, "stage 7" is the cycle of a scaled word's last group.)
         valid = [s2_valid]                      # valid[k]: stage 2 + k
-        for k in range(1, 6):
+        for k in range(1, 6 + tail):
             valid.append(_register(m, valid[-1], f"s{k + 2}_valid", reset_less=False))
-        s7_valid = valid[5]
-        s7_op = _delay(m, s2_op, 5, "op")
-        s7_scaled = _delay(m, s2_scaled, 5, "scaled")
-        s7_pairs = _delay(m, s2_pairs, 5, "pairs")
-        s7_word = _delay(m, word, 5, "word")
-        s7_flag = _delay(m, flag, 4 - tree, "flag")             # flag: stage tree + 3
-        s7_index = _delay(m, best_index, 5 - tree, "index")     # best_index: tree + 2
+        s7_valid = valid[5 + tail]
+        s7_op = _delay(m, s2_op, 5 + tail, "op")
+        s7_scaled = _delay(m, s2_scaled, 5 + tail, "scaled")
+        s7_pairs = _delay(m, s2_pairs, 5 + tail, "pairs")
+        s7_word = _delay(m, word, 5 + tail, "word")
+        s7_flag = _delay(m, flag, 4 - tree + tail, "flag")          # flag: stage tree + 3
+        s7_index = _delay(m, best_index, 5 - tree + tail, "index")  # best_index: tree + 2
         s7_upper = Signal(name="s7_upper")      # the upper lanes are 0 (VPOOL pairs)
         m.d.comb += s7_upper.eq((s7_op == VectorOp.VPOOL) & s7_pairs)
 

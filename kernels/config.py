@@ -52,6 +52,12 @@ class TileConfig:
         DMA commands a kernel can queue ahead of the engine (a power of two).
     slot_counters : bool
         Whether per-slot call and cycle counters are built.
+    vector_lanes : int or None
+        Lanes the vector unit scales per cycle: its lane multipliers and requantiser
+        (a power of two, at most ``word_bytes``). ``None``: ``word_bytes``, a word or an
+        ACC row per cycle. With fewer, a row or a scaled word (REQUANT, VADD, VPOOL
+        average) takes :attr:`vector_passes` cycles of them, at a quarter of the
+        multipliers and logic for a quarter of the lanes: the small boards' choice.
 
     Raises
     ------
@@ -75,6 +81,7 @@ class TileConfig:
     staging_words: int = 64
     dma_queue: int = 4
     slot_counters: bool = True
+    vector_lanes: int | None = None
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {
@@ -83,7 +90,7 @@ class TileConfig:
         "partitions": (1, 16), "kernel_slots": (1, 16),
         "slot_depth": (2, 1024), "plan_depth": (2, 2048),
         "gmem_bytes": (4, 1 << 20), "trace_depth": (2, 256),
-        "staging_words": (2, 1024), "dma_queue": (2, 16),
+        "staging_words": (2, 1024), "dma_queue": (2, 16), "vector_lanes": (1, 64),
     }
 
     def __post_init__(self):
@@ -93,18 +100,23 @@ class TileConfig:
                 if not isinstance(value, bool):
                     raise TypeError(f"slot_counters must be a bool, not {value!r}")
                 continue
+            if f.name == "vector_lanes" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{f.name} must be an integer, not {value!r}")
             lo, hi = self._LIMITS[f.name]
             if not lo <= value <= hi:
                 raise ValueError(f"{f.name} must be between {lo} and {hi}, not {value!r}")
         for name in ("word_bytes", "trace_depth", "slot_depth", "plan_depth", "staging_words",
-                     "dma_queue"):
-            if not _is_pow2(getattr(self, name)):
+                     "dma_queue", "vector_lanes"):
+            if getattr(self, name) is not None and not _is_pow2(getattr(self, name)):
                 raise ValueError(f"{name} must be a power of two, not {getattr(self, name)!r}")
         if self.spad_words > 0xFFFF:
             raise ValueError(f"spad_banks * spad_bank_words must be at most 65535 words, "
                              f"not {self.spad_words!r}")
+        if self.vector_lanes is not None and self.vector_lanes > self.word_bytes:
+            raise ValueError(f"vector_lanes must be at most word_bytes ({self.word_bytes}), "
+                             f"not {self.vector_lanes!r}")
         if self.gmem_bytes % self.word_bytes:
             raise ValueError(f"gmem_bytes must be a multiple of word_bytes ({self.word_bytes}), "
                              f"not {self.gmem_bytes!r}")
@@ -126,6 +138,17 @@ class TileConfig:
     @property
     def word_bits(self):
         return self.word_bytes * 8
+
+    @property
+    def scaler_lanes(self):
+        """Lanes the vector unit scales per cycle (:attr:`vector_lanes`, or all of a
+        word's)."""
+        return self.word_bytes if self.vector_lanes is None else self.vector_lanes
+
+    @property
+    def vector_passes(self):
+        """Cycles the vector unit's multipliers take per row or scaled word."""
+        return self.word_bytes // self.scaler_lanes
 
     def as_dict(self):
         return asdict(self)

@@ -54,6 +54,12 @@ VARGMAX    words read + 8 (``n`` words with ``column``)          vector
 VCFG       0                                                     --
 =========  ====================================================  ========
 
+With fewer vector lanes than bytes in a word (P = ``vector_passes`` > 1) a row or a
+scaled word takes P cycles of the lane multipliers and every vector result comes
+P - 1 cycles later, as in the RTL: REQUANT ``R * P + 6``, VADD ``n * P + 8``, an
+average VPOOL ``(n - 1) * max(window, P) + window + 7 + P``, the other vector
+operations ``P - 1`` more than above.
+
 MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
 register map may not have).
@@ -1177,6 +1183,7 @@ class TileModel:
         if an operand is illegal or does not fit in the partition."""
         cfg = self.config
         R, C, wb = cfg.rows, cfg.cols, self.wb
+        P = cfg.vector_passes
         if illegal_operands(op, f, cfg):
             raise _Fault(FaultCause.ILLEGAL_MICRO, bits)
         limit = self._part_limit()
@@ -1208,7 +1215,7 @@ class TileModel:
 
         if op == MicroOp.REQUANT:
             v = self._vregs()
-            extra = R + 6
+            extra = R * P + 6
             if f["per_channel"]:
                 n = -(-8 * R // wb)
                 table = self._read_lanes(self._words(f["param_addr"] + np.arange(n)))
@@ -1237,7 +1244,7 @@ class TileModel:
                                   **self._vregs())
             self._write_lanes(self._words(f["out_addr"] + w), out)
             self._saturated(sat)
-            return n + 8, "vec_busy", None
+            return n * P + 8, "vec_busy", None
 
         if op == MicroOp.VPOOL:
             window, n = f["window"], f["n"]
@@ -1257,7 +1264,9 @@ class TileModel:
                     zp_out=v["zp_out"], lo=v["lo"], hi=v["hi"])
             self._write_lanes(self._words(f["out_addr"] + o[:, 0]), outs)
             self._saturated(sats)
-            return n * window + 8, "vec_busy", None
+            if f["average"]:
+                return (n - 1) * max(window, P) + window + 7 + P, "vec_busy", None
+            return n * window + 7 + P, "vec_busy", None
 
         if op == MicroOp.VCLAMP:
             n = f["n"]
@@ -1267,7 +1276,7 @@ class TileModel:
             out = arith.vclamp(self._read_lanes(self._words(f["in_addr"] + w)),
                                _int8(f["lo"]), _int8(f["hi"]))
             self._write_lanes(self._words(f["out_addr"] + w), out)
-            return n + 8, "vec_busy", None
+            return n + 7 + P, "vec_busy", None
 
         if op == MicroOp.VCMP:
             lane = f["lane"]
@@ -1280,7 +1289,7 @@ class TileModel:
             else:
                 value = int(lanes[lane % wb])
             flag = int(arith.vcmp(value, CmpOp(f["op"]), _int8(f["imm"])))
-            return nwords + 8, "vec_busy", (f["flag"], flag)
+            return nwords + 7 + P, "vec_busy", (f["flag"], flag)
 
         if op == MicroOp.VARGMAX:
             n = f["n"]
@@ -1295,7 +1304,7 @@ class TileModel:
             # cycle, which is when the RTL writes the index register too).
             flag = (f["flag"], int(arith.vargmax_test(result, f["expect"]))) \
                 if f["test"] else None
-            return nwords + 8, "vec_busy", flag
+            return nwords + 7 + P, "vec_busy", flag
 
         if op == MicroOp.VCFG:
             reg = VectorCfg(f["reg"])

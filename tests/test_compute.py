@@ -35,6 +35,10 @@ CFG_4x8 = TileConfig(rows=4, cols=8, word_bytes=8, spad_banks=4, spad_bank_words
                      partitions=4)
 CFG_8x4 = TileConfig(rows=8, cols=4, word_bytes=8, spad_banks=4, spad_bank_words=64,
                      partitions=4)     # lanes >= cols of REQUANT's rows are 0
+CFG_8x8_2 = TileConfig(rows=8, cols=8, word_bytes=8, spad_banks=4, spad_bank_words=64,
+                       partitions=4, vector_lanes=2)   # 4 passes per row or scaled word
+CFG_4x4_1 = TileConfig(rows=4, cols=4, word_bytes=4, spad_banks=2, spad_bank_words=128,
+                       partitions=4, vector_lanes=1)   # the iCEBreaker's vector unit
 PART = 1                # the partition the programs run in
 PART_BASE = 24
 PART_LEN = 200          # offsets 200.. of partition 1 fault; words 0..23, 224.. untouched
@@ -487,6 +491,17 @@ def rand_cmd(rng, cfg, op, *, span=PART_LEN):
     """A random legal ``op`` command with operands mostly in offsets 0..span-1."""
     R, wb = cfg.rows, cfg.word_bytes
     addr = lambda need: rng.randrange(max(1, span - need))   # noqa: E731
+
+    def out_addr(n, *inputs):
+        """Where ``n`` outputs go: in place (at an input's start) or clear of the
+        inputs ((start, words) each). Outputs that overwrite inputs still to be read
+        give results that depend on timing (ComputeUnit's docstring)."""
+        for _ in range(100):
+            out = addr(n)
+            if all(out + n <= start or start + words <= out or out == start
+                   for start, words in inputs):
+                return out
+        return inputs[0][0]
     if op == MicroOp.MATMUL:
         k = rng.choice([0, 1, 2, rng.randrange(1, 20), rng.randrange(1, 40)])
         sa, sb = rng.choice([0, 1, 1, 2, 3]), rng.choice([0, 1, 1, 2, 5])
@@ -500,19 +515,24 @@ def rand_cmd(rng, cfg, op, *, span=PART_LEN):
                    per_channel=rng.randrange(2), param_addr=addr(R))
     if op == MicroOp.VADD:
         n = rng.choice([0, 1, rng.randrange(1, 24)])
-        return cmd(op, a_addr=addr(n), b_addr=addr(n), out_addr=addr(n), n=n)
+        a, b = addr(n), addr(n)
+        return cmd(op, a_addr=a, b_addr=b, out_addr=out_addr(n, (a, n), (b, n)), n=n)
     if op == MicroOp.VPOOL:
         window, n = rng.randrange(1, 5), rng.choice([0, 1, rng.randrange(1, 6)])
         stride, step = rng.choice([1, 2, 4]), rng.choice([1, 2, 4])
-        return cmd(op, in_addr=addr(n * step + window * stride), in_stride=stride,
-                   in_step=step, out_addr=addr(n), n=n, window=window,
+        span_in = n * step + window * stride
+        start = addr(span_in)
+        return cmd(op, in_addr=start, in_stride=stride, in_step=step,
+                   out_addr=out_addr(n, (start, span_in)), n=n, window=window,
                    average=rng.randrange(2), pairs=rng.randrange(2))
     if op == MicroOp.VCLAMP:
         n = rng.choice([0, 1, rng.randrange(1, 24)])
         lo, hi = sorted(rng.randrange(-128, 128) for _ in range(2))
         if rng.random() < 0.1:
             lo, hi = hi, lo
-        return cmd(op, in_addr=addr(n), out_addr=addr(n), n=n, lo=lo & 0xFF, hi=hi & 0xFF)
+        start = addr(n)
+        return cmd(op, in_addr=start, out_addr=out_addr(n, (start, n)), n=n, lo=lo & 0xFF,
+                   hi=hi & 0xFF)
     if op == MicroOp.VCMP:
         lane = rng.choice([0, wb - 1, rng.randrange(4 * wb), rng.randrange(256)])
         return cmd(op, addr=addr(lane // wb + 1), lane=lane, reduce=rng.randrange(2),
@@ -704,13 +724,51 @@ def test_directed_and_timing():
     b.run(bench)
 
 
+def test_timing_in_passes():
+    """With 2 vector lanes for 8 (4 passes): rows and scaled words one per 4 cycles,
+    the words of a VPOOL window between them, every vector result 3 cycles later."""
+    b = Bench(CFG_8x8_2, seed=12)
+    R, P = 8, 4
+
+    async def bench(ctx):
+        await b.check(ctx, cmd(MicroOp.MATMUL, a_addr=0, a_stride=1, b_addr=65,
+                               b_stride=1, k=9))
+        for reg, value in ((VectorCfg.MULT_A, 2**30), (VectorCfg.MULT_B, 3 * 2**28),
+                           (VectorCfg.SHIFT, 3), (VectorCfg.ZP_A, -3), (VectorCfg.ZP_B, 7)):
+            await b.check(ctx, vcfg(reg, value))
+        res = await b.check(ctx, cmd(MicroOp.REQUANT, out_addr=120, out_stride=2))
+        assert res.cycles == R * P + 7
+        res = await b.check(ctx, cmd(MicroOp.VADD, a_addr=0, b_addr=31, out_addr=100, n=20))
+        assert res.cycles == 20 * P + 9 and res.vec_busy == res.cycles
+        res = await b.check(ctx, cmd(MicroOp.VCLAMP, in_addr=3, out_addr=120, n=12,
+                                     lo=(-10) & 0xFF, hi=20))
+        assert res.cycles == 12 + 8 + P
+        for window in (1, 3, 4, 6):
+            for average in (0, 1):
+                res = await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=2, in_stride=3,
+                                             in_step=2, out_addr=140, n=5, window=window,
+                                             average=average, pairs=window % 2))
+                if average:
+                    assert res.cycles == 4 * max(window, P) + window + 8 + P
+                else:
+                    assert res.cycles == 5 * window + 8 + P
+        res = await b.check(ctx, cmd(MicroOp.VARGMAX, addr=60, n=20, index=1))
+        assert res.cycles == 3 + 8 + P
+
+    b.run(bench)
+
+
 @pytest.mark.parametrize("config,seed,stall", [
     (CFG_8x8, 2, (0, 0, 0)),
     (CFG_8x8, 3, (3, 6, 0)),
     (CFG_4x8, 4, (2, 5, 0)),
     (CFG_8x4, 7, (0, 4, 0)),
     (CFG_8x8, 5, (2, 3, 4)),        # write stalls: restart from the unwritten output
-], ids=["8x8", "8x8-stall", "4x8-stall", "8x4-stall", "8x8-wstall"])
+    (CFG_8x8_2, 9, (0, 0, 0)),      # vector lanes: 4 passes
+    (CFG_8x8_2, 10, (2, 3, 4)),
+    (CFG_4x4_1, 11, (0, 3, 0)),
+], ids=["8x8", "8x8-stall", "4x8-stall", "8x4-stall", "8x8-wstall", "8x8-2lanes",
+        "8x8-2lanes-stall", "4x4-1lane-stall"])
 def test_random_programs(config, seed, stall):
     b = Bench(config, seed=seed, stall=stall)
     rng = b.rng

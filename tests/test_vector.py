@@ -43,7 +43,7 @@ async def stream(ctx, dut, items, collect, *, regs=None, rows=False):
     ``regs[k]`` is presented on ``dut.regs`` with item ``k``. With ``rows``, the items
     are REQUANT rows (``rq``, ``rq_o``, ``requant`` high)."""
     inp, out = (dut.rq, dut.rq_o) if rows else (dut.i, dut.o)
-    latency = dut.REQUANT_LATENCY if rows else dut.LATENCY
+    latency = dut.requant_latency if rows else dut.latency
     ctx.set(dut.requant, rows)
     outputs = []
     for cycle in range(len(items) + latency + 2):
@@ -60,15 +60,23 @@ async def stream(ctx, dut, items, collect, *, regs=None, rows=False):
     return outputs
 
 
-def with_bubbles(rng, items, rate=0.15):
-    """Interleave bubbles (None) into ``items``; returns (stream, index of each item)."""
+def with_bubbles(rng, items, rate=0.15, passes=1):
+    """Interleave bubbles (None) into ``items`` (REQUANT rows, ``passes`` cycles apart
+    at least); returns (stream, index of each item)."""
     out, where = [], []
     for item in items:
-        while rng.random() < rate:
+        while rng.random() < rate or (where and len(out) - where[-1] < passes):
             out.append(None)
         where.append(len(out))
         out.append(item)
     return out, where
+
+
+def scaled(item):
+    """Whether the word ``item`` goes through the lane multipliers (which take
+    ``config.vector_passes`` cycles per word)."""
+    return item["op"] == VectorOp.VADD or (item["op"] == VectorOp.VPOOL and
+                                           item.get("average") and item.get("last"))
 
 
 # --- REQUANT ------------------------------------------------------------------------
@@ -82,9 +90,10 @@ def test_args_checked():
         VectorAlu(8)
 
 
-def requantizer(lanes):
-    """The vector ALU of ``lanes`` lanes, which requantises rows of as many."""
-    return VectorAlu(TileConfig(word_bytes=lanes))
+def requantizer(lanes, vector_lanes=None):
+    """The vector ALU of ``lanes`` lanes, which requantises rows of as many
+    (``vector_lanes`` of them per cycle)."""
+    return VectorAlu(TileConfig(word_bytes=lanes, vector_lanes=vector_lanes))
 
 
 def random_row(rng, lanes):
@@ -125,16 +134,19 @@ def collect_requant(lanes):
     return lambda p: ([p.value[j] for j in range(lanes)], p.saturated)
 
 
-@pytest.mark.parametrize("lanes", [8, 16])
-def test_requantizer_random_back_to_back(lanes):
-    dut = requantizer(lanes)
+@pytest.mark.parametrize("lanes, vector_lanes", [(8, None), (16, None), (4, 1), (8, 2)])
+def test_requantizer_random_back_to_back(lanes, vector_lanes):
+    """Rows one per cycle, or one per ``word_bytes / vector_lanes`` cycles."""
+    dut = requantizer(lanes, vector_lanes)
+    passes = dut.config.vector_passes
     rng = random.Random(lanes)
-    rows = [random_row(rng, lanes) for _ in range(600)]
-    items, where = with_bubbles(rng, rows)
+    rows = [random_row(rng, lanes) for _ in range(600 // passes)]
+    items, where = with_bubbles(rng, rows, passes=passes)
 
     async def bench(ctx):
         outputs = await stream(ctx, dut, items, collect_requant(lanes), rows=True)
-        assert [c for c, _ in outputs] == [w + VectorAlu.REQUANT_LATENCY for w in where]
+        assert dut.requant_latency == VectorAlu.REQUANT_LATENCY + passes - 1
+        assert [c for c, _ in outputs] == [w + dut.requant_latency for w in where]
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
 
@@ -351,18 +363,23 @@ OPS = {"vadd": op_vadd, "vpool": op_vpool, "vclamp": op_vclamp, "vcmp": op_vcmp,
 
 def check_program(config, ops, seed, count, bubble_rate=0.1):
     """Run ``count`` random operations drawn from ``ops`` back to back, the vector
-    registers changing between operations; check every result and its cycle."""
+    registers changing between operations, and the words that are scaled
+    ``config.vector_passes`` cycles apart at least; check every result and its cycle."""
     lanes = config.word_bytes
     dut = VectorAlu(config)
     rng = random.Random(seed)
     items, regs, results = [], [], []
     last_index = []
+    last_scaled = -config.vector_passes
     for _ in range(count):
         op_items, result, op_regs = rng.choice(ops)(rng, lanes, random_regs(rng))
         for it in op_items:
-            while rng.random() < bubble_rate:
+            while rng.random() < bubble_rate or \
+                    (scaled(it) and len(items) - last_scaled < config.vector_passes):
                 items.append(None)
                 regs.append(None)
+            if scaled(it):
+                last_scaled = len(items)
             items.append(it)
             regs.append(op_regs)
         last_index.append(len(items) - 1)
@@ -370,7 +387,8 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
 
     async def bench(ctx):
         outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
-        assert [c for c, _ in outputs] == [i + VectorAlu.LATENCY for i in last_index]
+        assert dut.latency == VectorAlu.LATENCY + config.vector_passes - 1
+        assert [c for c, _ in outputs] == [i + dut.latency for i in last_index]
         for want, (_, got) in zip(results, outputs):
             assert got == want
 
@@ -391,6 +409,16 @@ def test_alu_mixed_back_to_back(word_bytes):
     two levels of the lane tree per stage.)"""
     check_program(TileConfig(word_bytes=word_bytes), list(OPS.values()), seed=word_bytes,
                   count=300, bubble_rate=0)
+
+
+@pytest.mark.parametrize("word_bytes, vector_lanes", [(4, 1), (8, 2), (8, 4), (16, 4)])
+def test_alu_mixed_in_passes(word_bytes, vector_lanes):
+    """Fewer lane multipliers than lanes: a scaled word every ``word_bytes /
+    vector_lanes`` cycles, the other words one per cycle in between (VPOOL's words
+    before its last among them), every result exact and in its cycle."""
+    config = TileConfig(word_bytes=word_bytes, vector_lanes=vector_lanes)
+    check_program(config, list(OPS.values()), seed=word_bytes + vector_lanes, count=300,
+                  bubble_rate=0)
 
 
 def test_alu_vadd_extremes():
