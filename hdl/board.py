@@ -71,6 +71,10 @@ class Board:
         The tile configuration built by default.
     clock_hz : float
         The tile's clock built by default (what timing must close at).
+    gmem_ports : str
+        How GMEM is built (:class:`~fusetile.hdl.gmem.GlobalMemory`): ``"shared"``, a
+        read and a write port in block RAM, or ``"single"``, one port in the iCE40UP's
+        SPRAM.
     description : str
     """
 
@@ -82,6 +86,7 @@ class Board:
     leds: int
     config: TileConfig
     clock_hz: float
+    gmem_ports: str
     description: str
 
     def make_platform(self):
@@ -122,20 +127,23 @@ BOARDS = {b.name: b for b in (
         family="ecp5", clock="clk25", reset="button_fire", leds=8,
         config=TileConfig(),
         clock_hz=100e6,
+        gmem_ports="shared",
         description="Radiona ULX3S, Lattice ECP5 LFE5U-85F (84k LUT4, 156 MULT18, 208 EBR)",
     ),
     Board(
         name="icebreaker",
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform",
         family="ice40", clock="clk12", reset="button", leds=2,
-        # A 4 x 4 array on 32-bit words, small memories, no per-slot counters. The tile
-        # still needs about 4.4 times a UP5K's 5,280 logic cells (docs/fpga.md): no
-        # configuration value brings it within, the architecture has to shrink.
+        # A 4 x 4 array on 32-bit words, one vector lane for the four, GMEM in the
+        # SPRAM (128 KiB), small memories, no per-slot counters. The tile still needs
+        # about three times a UP5K's 5,280 logic cells (docs/fpga.md): the
+        # architecture has to shrink further.
         config=TileConfig(rows=4, cols=4, word_bytes=4, spad_banks=2, spad_bank_words=256,
                           partitions=4, kernel_slots=4, slot_depth=64, plan_depth=64,
-                          gmem_bytes=4096, trace_depth=16, staging_words=16,
+                          gmem_bytes=128 * 1024, trace_depth=16, staging_words=16,
                           dma_queue=2, slot_counters=False, vector_lanes=1),
         clock_hz=24e6,
+        gmem_ports="single",
         description="1BitSquared iCEBreaker, Lattice iCE40UP5K (5,280 LUT4, 30 EBR, 8 DSP)",
     ),
 )}
@@ -169,7 +177,8 @@ def _stretched(m, name, pulse, cycles):
 
 class BoardCore(wiring.Component):
     """What every board top has inside its clock and reset: the tile behind a
-    ``UartBridge``, and the LEDs. No primitives, so it simulates anywhere.
+    ``UartBridge``, and the LEDs. No primitives of its own, so it simulates anywhere
+    (built for an iCE40UP with ``gmem_ports="single"``, GMEM is in its SPRAM).
 
     Parameters
     ----------
@@ -183,6 +192,8 @@ class BoardCore(wiring.Component):
         one up).
     blink_cycles : int
         How long a UART byte keeps its activity LED lit, in cycles.
+    gmem_ports : str
+        How GMEM is built (:attr:`Board.gmem_ports`).
 
     Attributes
     ----------
@@ -197,13 +208,14 @@ class BoardCore(wiring.Component):
     """
 
     def __init__(self, config, *, divisor, leds=len(LED_MEANINGS), heartbeat_cycles=1 << 26,
-                 blink_cycles=1 << 20):
+                 blink_cycles=1 << 20, gmem_ports="shared"):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         if not 0 <= leds <= len(LED_MEANINGS):
             raise ValueError(f"leds must be 0 to {len(LED_MEANINGS)}, not {leds!r}")
         self.config = config
         self.divisor = divisor
+        self.gmem_ports = gmem_ports
         self.heartbeat_cycles = heartbeat_cycles
         self.blink_cycles = blink_cycles
         super().__init__({
@@ -215,11 +227,11 @@ class BoardCore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # GMEM with a read and a write port shared by the host and the DMA engine: what
-        # Yosys maps to block RAM on both families (the iCE40's have no more ports, and
-        # two read-write ports with Amaranth's read-during-write rules end up in
-        # flip-flops on the ECP5).
-        m.submodules.tile = tile = Tile(self.config, gmem_shared_ports=True)
+        # GMEM's ports shared by the host and the DMA engine: a read and a write port,
+        # what Yosys maps to block RAM on both families (two read-write ports with
+        # Amaranth's read-during-write rules end up in flip-flops on the ECP5), or the
+        # one port of the iCE40UP's SPRAM.
+        m.submodules.tile = tile = Tile(self.config, gmem_ports=self.gmem_ports)
         # A host access to GMEM may wait for a DMA transfer: give it a millisecond-scale
         # bus timeout, not the simulation top's 256 cycles.
         m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
@@ -301,7 +313,7 @@ class BoardTop(wiring.Component):
 
         f_clk = int(self.pll.f_out)
         m.submodules.core = core = BoardCore(
-            self.config, divisor=divisor, leds=b.leds,
+            self.config, divisor=divisor, leds=b.leds, gmem_ports=b.gmem_ports,
             heartbeat_cycles=f_clk, blink_cycles=f_clk // 50)   # ~1 Hz; 20 ms per byte
         uart = platform.request("uart", 0, dir="-")
         m.d.comb += [

@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from . import wishbone
+from .single_port_ram import SinglePortRam
 
 
 __all__ = ["GMEM_BUS_ADDR_WIDTH", "GmemPortSignature", "GlobalMemory"]
@@ -88,22 +89,26 @@ class GlobalMemory(wiring.Component):
 
     The DMA engine reads or writes, never both in one cycle (the port's ``re`` and
     ``we`` must not both be high), and is never held up. How the host gets in depends
-    on ``shared_ports``:
+    on ``ports``:
 
-    * ``False``: two read-write ports, one for the host and one for the DMA engine
+    * ``"dual"``: two read-write ports, one for the host and one for the DMA engine
       (what the simulators build; Yosys maps no such memory to block RAM, see
       ``docs/fpga.md``). Every host access is answered one cycle after ``stb`` is
       seen. If the host and the DMA engine write the same word in the
       same cycle, which write wins is undefined.
-    * ``True``: one read port and one write port, for block RAMs that have no more
-      (the iCE40's). The DMA engine has them first: a host read waits while the DMA
-      engine reads, a host write while it writes, and the access is answered one cycle
-      after the cycle it gets the port.
+    * ``"shared"``: one read port and one write port, for block RAMs that have no
+      more (the ECP5 board top's choice). The DMA engine has them first: a host read
+      waits while the DMA engine reads, a host write while it writes, and the access
+      is answered one cycle after the cycle it gets the port.
+    * ``"single"``: one port (:class:`~fusetile.hdl.single_port_ram.SinglePortRam`:
+      the iCE40UP's SPRAM, 128 KiB). A host access waits while the DMA engine reads
+      or writes, and is answered one cycle after the cycle it gets the port.
 
     Parameters
     ----------
     config : TileConfig
-    shared_ports : bool
+    ports : str
+        ``"dual"``, ``"shared"`` or ``"single"`` (above).
 
     Attributes
     ----------
@@ -118,10 +123,14 @@ class GlobalMemory(wiring.Component):
         If ``config`` is not a :class:`TileConfig`.
     """
 
-    def __init__(self, config, *, shared_ports=False):
+    PORTS = ("dual", "shared", "single")
+
+    def __init__(self, config, *, ports="dual"):
         _check_config(config)
+        if ports not in self.PORTS:
+            raise ValueError(f"ports must be one of {', '.join(self.PORTS)}, not {ports!r}")
         self._config = config
-        self.shared_ports = bool(shared_ports)
+        self.ports = ports
         super().__init__({
             "bus": In(wishbone.Signature(addr_width=GMEM_BUS_ADDR_WIDTH)),
             "dma": In(GmemPortSignature(config)),
@@ -138,7 +147,6 @@ class GlobalMemory(wiring.Component):
         lane_bits = (k - 1).bit_length()
         whole_word = (1 << cfg.word_bytes) - 1
 
-        m.submodules.mem = mem = Memory(shape=cfg.word_bits, depth=cfg.gmem_words, init=[])
         bus, dma = self.bus, self.dma
         answered = bus.ack | bus.err
         access = bus.cyc & bus.stb & ~answered
@@ -152,7 +160,20 @@ class GlobalMemory(wiring.Component):
 
         # `go`: the host's access is carried out this cycle.
         go = Signal()
-        if self.shared_ports:
+        if self.ports == "single":
+            m.submodules.ram = ram = SinglePortRam(cfg.word_bits, cfg.gmem_words)
+            m.d.comb += [
+                go.eq(access & in_range & ~dma.we & ~dma.re),
+                ram.addr.eq(Mux(dma.we, dma.waddr, Mux(dma.re, dma.raddr, word))),
+                ram.re.eq(dma.re | (go & ~bus.we)),
+                ram.wdata.eq(Mux(dma.we, dma.wdata, host_data)),
+                ram.we.eq(Mux(dma.we, whole_word, Mux(go & bus.we, host_sel, 0))),
+                dma.rdata.eq(ram.rdata),
+            ]
+            host_rdata = ram.rdata
+        elif self.ports == "shared":
+            m.submodules.mem = mem = Memory(shape=cfg.word_bits, depth=cfg.gmem_words,
+                                            init=[])
             w = mem.write_port(granularity=8)
             r = mem.read_port()
             m.d.comb += [
@@ -164,9 +185,11 @@ class GlobalMemory(wiring.Component):
                 w.en.eq(Mux(dma.we, whole_word, Mux(go & bus.we, host_sel, 0))),
                 dma.rdata.eq(r.data),
             ]
-            host_r = r
+            host_rdata = r.data
         else:
             # Each side's read and write share an address: one read-write port each.
+            m.submodules.mem = mem = Memory(shape=cfg.word_bits, depth=cfg.gmem_words,
+                                            init=[])
             host_w = mem.write_port(granularity=8)
             host_r = mem.read_port()
             dma_w = mem.write_port(granularity=8)
@@ -186,6 +209,7 @@ class GlobalMemory(wiring.Component):
                 dma_w.data.eq(dma.wdata),
                 dma_w.en.eq(Mux(dma.we, whole_word, 0)),
             ]
+            host_rdata = host_r.data
 
         m.d.sync += [
             bus.ack.eq(go),
@@ -195,7 +219,7 @@ class GlobalMemory(wiring.Component):
         with m.If(access):
             m.d.sync += read_lane.eq(lane)
         if k == 1:
-            m.d.comb += bus.dat_r.eq(host_r.data)
+            m.d.comb += bus.dat_r.eq(host_rdata)
         else:
-            m.d.comb += bus.dat_r.eq(host_r.data.word_select(read_lane, 32))
+            m.d.comb += bus.dat_r.eq(host_rdata.word_select(read_lane, 32))
         return m

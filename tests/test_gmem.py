@@ -47,11 +47,11 @@ def test_signature():
     assert dut.bus.adr.shape().width == 18
 
 
-@pytest.mark.parametrize("shared_ports", [False, True])
+@pytest.mark.parametrize("ports", GlobalMemory.PORTS)
 @pytest.mark.parametrize("config", [SMALL, TileConfig(word_bytes=4, gmem_bytes=256),
                                     TileConfig(word_bytes=16, gmem_bytes=512)])
-def test_host_round_trip(config, shared_ports):
-    dut = GlobalMemory(config, shared_ports=shared_ports)
+def test_host_round_trip(config, ports):
+    dut = GlobalMemory(config, ports=ports)
     host_words = config.gmem_bytes // 4
     rng = random.Random(1)
 
@@ -103,9 +103,9 @@ def test_answer_timing():
     run(dut, bench)
 
 
-@pytest.mark.parametrize("shared_ports", [False, True])
-def test_little_endian_and_dma_port(shared_ports):
-    dut = GlobalMemory(SMALL, shared_ports=shared_ports)
+@pytest.mark.parametrize("ports", GlobalMemory.PORTS)
+def test_little_endian_and_dma_port(ports):
+    dut = GlobalMemory(SMALL, ports=ports)
 
     async def bench(ctx):
         # Host writes word 2 of GMEM as two 32-bit halves, LSW at the lower address.
@@ -135,12 +135,13 @@ def test_little_endian_and_dma_port(shared_ports):
 
 
 @pytest.mark.parametrize("write", [False, True])
-@pytest.mark.parametrize("shared_ports", [False, True])
-def test_host_waits_only_for_a_shared_port(shared_ports, write):
+@pytest.mark.parametrize("ports", GlobalMemory.PORTS)
+def test_host_waits_only_for_a_shared_port(ports, write):
     """With a port each, a host access is answered one cycle after STB even while the
     DMA side is busy. With shared ports, a host read waits while the DMA side reads and
-    a write while it writes; the other direction goes ahead."""
-    dut = GlobalMemory(SMALL, shared_ports=shared_ports)
+    a write while it writes; the other direction goes ahead. With a single port, the
+    host waits for either."""
+    dut = GlobalMemory(SMALL, ports=ports)
     busy = 6
 
     async def bench(ctx):
@@ -166,13 +167,42 @@ def test_host_waits_only_for_a_shared_port(shared_ports, write):
             ctx.set(bus.cyc, 0); ctx.set(bus.stb, 0)
             ctx.set(dut.dma.we if write else dut.dma.re, 0)
             same_side = host_writes == write
-            assert waited == (busy + 1 if shared_ports and same_side else 1)
+            waits = ports == "single" or (ports == "shared" and same_side)
+            assert waited == (busy + 1 if waits else 1)
             if not host_writes:
                 assert ctx.get(bus.dat_r) == 0x600DF00D
             await ctx.tick().repeat(busy)
         assert await wb_read(ctx, bus, 8) == (0x600DF00D, "ack")
 
     run(dut, bench)
+
+
+def test_ports_checked():
+    with pytest.raises(ValueError, match=r"ports must be one of dual, shared, single, "
+                                         r"not 'two'"):
+        GlobalMemory(SMALL, ports="two")
+
+
+def test_single_port_in_spram():
+    """Built for an iCE40UP, a single-port GMEM is SB_SPRAM256KA blocks: 16-bit slices
+    side by side, 16K-word banks one above the other, four at most."""
+    from amaranth.back import rtlil
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    from fusetile.hdl.single_port_ram import SinglePortRam, uses_spram
+
+    platform = ICEBreakerPlatform()
+    assert uses_spram(platform) and not uses_spram(None)
+    config = TileConfig(word_bytes=4, gmem_bytes=128 * 1024)
+    text = rtlil.convert(GlobalMemory(config, ports="single"), platform=platform)
+    assert text.count("cell \\SB_SPRAM256KA") == 4
+    assert SinglePortRam(32, 32768).spram_blocks == 4
+    assert SinglePortRam(64, 100).spram_blocks == 4
+    too_big = GlobalMemory(TileConfig(word_bytes=8, gmem_bytes=256 * 1024), ports="single")
+    with pytest.raises(ValueError, match=r"32768 words of 64 bits need 8 SPRAM blocks; "
+                                         r"iCE40UP5K has 4"):
+        rtlil.convert(too_big, platform=platform)
+    with pytest.raises(ValueError, match=r"width must be a positive multiple of 16, not 8"):
+        SinglePortRam(8, 16)
 
 
 def test_verilog():
