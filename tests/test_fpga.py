@@ -479,8 +479,9 @@ def test_ice40_pll_agrees_with_icepll(f_out):
                             "after routing): see docs/fpga.md")),
     ("ulx3s-85f", 30),
     pytest.param("icebreaker", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile needs about 3.5 times the UP5K's logic cells, and "
-                            "twice its block RAMs: see docs/fpga.md")),
+        strict=True, reason="the tile needs about three times the UP5K's logic cells, "
+                            "1.7 times its block RAMs and 2.75 times its DSPs: see "
+                            "docs/fpga.md")),
 ])
 def test_bitstream_builds_fits_and_meets_timing(name, clock_mhz, tmp_path):
     """``fusetile build --board NAME --json`` from the command line, as a user runs it:
