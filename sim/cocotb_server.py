@@ -20,8 +20,9 @@ from cocotb.task import bridge, resume
 from ..host.transport import BusError, TransportError
 from .cocotb_transport import (
     REQUEST, REPLY, OP_READ, OP_WRITE, OP_WAIT, OP_IRQ, OP_SHUTDOWN,
-    ST_OK, ST_BUS_ERROR, ST_FAILURE, bytes_to_words, recv_exact, words_to_bytes,
+    ST_OK, ST_BUS_ERROR, ST_FAILURE, bytes_to_words, words_to_bytes,
 )
+from .process import recv_exact
 from .tb import TB
 
 

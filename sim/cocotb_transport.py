@@ -20,19 +20,16 @@ FAILURE: ``b`` bytes of UTF-8 message.
 """
 
 import os
-import shutil
 import socket
 import struct
 import subprocess
-import tempfile
 import threading
 import time
-import weakref
-from pathlib import Path
 
 from ..hdl.regmap import ADDR_WIDTH, tile_memory_map
 from ..host.transport import BusError, Transport, TransportError
 from ..kernels.config import TileConfig
+from .process import SimulatorProcess
 
 
 __all__ = ["CocotbTransport", "VerilatorTransport", "IcarusTransport", "TBTransport",
@@ -54,37 +51,6 @@ def words_to_bytes(values):
 
 def bytes_to_words(data):
     return list(struct.unpack(f"<{len(data) // 4}I", data))
-
-
-def recv_exact(sock, n):
-    """Read exactly ``n`` bytes; ``None`` on a clean EOF before the first byte."""
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            if not buf:
-                return None
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def _reap(proc, listener, conn, workdir, keep):
-    """Stop the simulator and free everything; safe to call more than once."""
-    for s in (conn, listener):
-        if s is not None:
-            try:
-                s.close()
-            except OSError:
-                pass
-    if proc is not None and proc.poll() is None:
-        try:
-            proc.wait(timeout=10)   # the simulator ends its test on EOF
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if workdir is not None and not keep[0]:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 class CocotbTransport(Transport):
@@ -116,11 +82,9 @@ class CocotbTransport(Transport):
     ----------
     config : TileConfig
     model : fusetile.sim.build.BuildResult
-    workdir : Path
-        The simulator's working directory (its log is ``sim.log``); removed by
-        :meth:`close` unless something failed or ``waves`` is set.
-    pid : int
-        Process id of the simulator.
+    sim_process : fusetile.sim.process.SimulatorProcess
+        The simulator; its working directory (``workdir``, the log ``sim.log``) is
+        removed by :meth:`close` unless something failed or ``waves`` is set.
 
     Raises
     ------
@@ -133,7 +97,7 @@ class CocotbTransport(Transport):
 
     def __init__(self, config=None, *, top=None, build_root=None, waves=False,
                  bus_timeout=256, timeout=60.0, start_timeout=120.0):
-        from .build import BuildError, SimulatorMissing, build, simulator_command, simulator_env
+        from .build import BuildError, SimulatorMissing, build
         from .verilog import default_top
 
         if self.sim is None:
@@ -150,9 +114,6 @@ class CocotbTransport(Transport):
         self.timeout = float(timeout)
         self._lock = threading.Lock()
         self._failure = None
-        self._proc = self._conn = self._listener = None
-        self._keep = [bool(waves)]
-        self.workdir = None
 
         try:
             self.model = build(self.sim, config, top=top or default_top,
@@ -164,75 +125,40 @@ class CocotbTransport(Transport):
         except ImportError as e:
             raise TransportError(f"The tile RTL is not available: {e}") from e
 
-        # A short path: Unix socket paths are limited to about 100 bytes.
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"fusetile-{self.sim}-"))
-        sock_path = str(self.workdir / "bus.sock")
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(sock_path)
-        self._listener.listen(1)
-        self._listener.settimeout(0.2)
-        env = simulator_env(
-            self.model, SERVER_MODULE, results_file=self.workdir / "results.xml",
-            extra_env={"FUSETILE_SOCKET": sock_path, "FUSETILE_BUS_TIMEOUT": str(bus_timeout)})
-        with open(self.workdir / "sim.log", "wb") as log:
-            self._proc = subprocess.Popen(
-                simulator_command(self.model), cwd=self.workdir, env=env, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.pid = self._proc.pid
-        self._finalizer = weakref.finalize(self, _reap, self._proc, self._listener, None,
-                                           self.workdir, self._keep)
-        deadline = time.monotonic() + start_timeout
-        while True:
-            try:
-                self._conn, _ = self._listener.accept()
-                break
-            except socket.timeout:
-                pass
-            if self._proc.poll() is not None:
-                self._fail(f"The {self.sim} simulator {self._exit_status()} before it "
-                           f"connected")
-            if time.monotonic() > deadline:
-                self._fail(f"The {self.sim} simulator did not connect within "
-                           f"{start_timeout} s")
-        self._listener.close()
+        self.sim_process = SimulatorProcess(
+            self.model, SERVER_MODULE, name=f"The {self.sim} simulator",
+            extra_env={"FUSETILE_BUS_TIMEOUT": str(bus_timeout)},
+            start_timeout=start_timeout, keep=waves)
+        self._conn = self.sim_process.conn
         self._conn.settimeout(0.5)
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _reap, self._proc, None, self._conn,
-                                           self.workdir, self._keep)
+
+    @property
+    def workdir(self):
+        """The simulator's working directory (its log is ``sim.log``)."""
+        return self.sim_process.workdir
+
+    @property
+    def pid(self):
+        """Process id of the simulator."""
+        return self.sim_process.pid
 
     # -- failure handling ------------------------------------------------------------
-    def _log_tail(self, lines=15):
-        try:
-            text = (self.workdir / "sim.log").read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
-
-    def _exit_status(self):
-        code = self._proc.returncode
-        return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-
     def _lost(self, reason):
         """The connection broke: blame the simulator's exit if that is what happened."""
         try:
-            self._proc.wait(timeout=2)
+            self.sim_process.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             self._fail(f"Lost the {self.sim} simulator: {reason}")
-        self._fail(f"The {self.sim} simulator {self._exit_status()} ({reason})")
+        self._fail(f"The {self.sim} simulator {self.sim_process.exit_status()} ({reason})")
 
     def _fail(self, message):
         """Kill the simulator, keep its log, and raise (and remember) a TransportError."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
-        self._keep[0] = True
-        tail = self._log_tail()
-        error = TransportError(f"{message}; log {self.workdir / 'sim.log'}"
-                               + (f":\n{tail}" if tail else ""))
-        self._failure = error
         self.closed = True
-        self._finalizer()
-        raise error
+        try:
+            self.sim_process.fail(message)
+        except TransportError as error:
+            self._failure = error
+            raise
 
     # -- requests --------------------------------------------------------------------
     def _recv_exact(self, n, deadline):
@@ -241,8 +167,8 @@ class CocotbTransport(Transport):
             try:
                 chunk = self._conn.recv(n - len(buf))
             except socket.timeout:
-                if self._proc.poll() is not None:
-                    self._fail(f"The {self.sim} simulator {self._exit_status()}")
+                if not self.sim_process.alive:
+                    self._fail(f"The {self.sim} simulator {self.sim_process.exit_status()}")
                 if time.monotonic() > deadline:
                     self._fail(f"The {self.sim} simulator did not answer within "
                                f"{deadline - self._sent:.0f} s")
@@ -279,7 +205,7 @@ class CocotbTransport(Transport):
                 self._failure = TransportError(f"The {self.sim} transport was interrupted "
                                                f"during a request")
                 self.closed = True
-                self._finalizer()
+                self.sim_process.close()
                 raise
 
     def _read32(self, addr):
@@ -312,19 +238,12 @@ class CocotbTransport(Transport):
             if self.closed:
                 return
             self.closed = True
-            if self._conn is not None and self._proc.poll() is None:
-                try:
-                    self._conn.settimeout(5)
-                    self._conn.sendall(REQUEST.pack(OP_SHUTDOWN, 0, 0, 0))
-                    self._conn.recv(REPLY.size)
-                except OSError:
-                    pass
-            self._finalizer()
+            self.sim_process.shutdown(REQUEST.pack(OP_SHUTDOWN, 0, 0, 0), REPLY.size)
 
     @property
     def alive(self):
         """Whether the simulator process is running."""
-        return self._proc is not None and self._proc.poll() is None
+        return self.sim_process.alive
 
 
 class VerilatorTransport(CocotbTransport):

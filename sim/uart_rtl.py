@@ -36,12 +36,8 @@ the bus (``wait_done``) works, a count of cycles between two host calls does not
 import os
 import socket
 import struct
-import subprocess
-import tempfile
 import threading
 import time
-import weakref
-from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
@@ -51,7 +47,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, Timer
 from ..host.transport import TransportError
 from ..host.uart_protocol import SYNC_REQ, MAX_WORDS, FRAME_TIMEOUT_BYTES, Cmd, Status
 from ..kernels.config import TileConfig
-from .cocotb_transport import _reap, recv_exact
+from .process import SimulatorProcess, recv_exact
 from .uart_board import BridgeFrame
 from .uart_top import BUS_TIMEOUT, DIVISOR
 
@@ -234,7 +230,7 @@ class RtlBridge:
 
     def __init__(self, config=None, *, sim="verilator", build_root=None, frame_timeout=0.05,
                  timeout=120.0, start_timeout=120.0):
-        from .build import BuildError, SimulatorMissing, build, simulator_command, simulator_env
+        from .build import BuildError, SimulatorMissing, build
         from .uart_top import uart_top
 
         config = TileConfig() if config is None else config
@@ -249,50 +245,24 @@ class RtlBridge:
         self._last_byte = None
         self._pending = []            # frames sent whose response has not come: (frame, ok data)
         self._buffer = bytearray()    # bytes from tx not yet returned
-        self._conn = self._proc = None
         self._lock = threading.Lock()
-        self._keep = [False]
-        self.workdir = None
         try:
             self.model = build(sim, config, top=uart_top, build_root=build_root)
         except (SimulatorMissing, BuildError, ImportError) as e:
             raise TransportError(f"The UART RTL is not available: {e}") from e
-
-        self.workdir = Path(tempfile.mkdtemp(prefix="fusetile-uart-"))
-        path = str(self.workdir / "uart.sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(path)
-            listener.listen(1)
-            listener.settimeout(0.2)
-            env = simulator_env(self.model, SERVER_MODULE,
-                                results_file=self.workdir / "results.xml",
-                                extra_env={"FUSETILE_SOCKET": path})
-            with open(self.workdir / "sim.log", "wb") as log:
-                self._proc = subprocess.Popen(simulator_command(self.model), cwd=self.workdir,
-                                              env=env, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL)
-            self._finalizer = weakref.finalize(self, _reap, self._proc, None, None,
-                                               self.workdir, self._keep)
-            deadline = time.monotonic() + start_timeout
-            while self._conn is None:
-                try:
-                    self._conn, _ = listener.accept()
-                except socket.timeout:
-                    if self._proc.poll() is not None:
-                        self._fail(f"the simulator exited ({self._proc.returncode}) before "
-                                   f"it connected")
-                    if time.monotonic() > deadline:
-                        self._fail(f"the simulator did not connect within {start_timeout} s")
-        finally:
-            listener.close()
+        self.sim_process = SimulatorProcess(self.model, SERVER_MODULE,
+                                            name="UART RTL: the simulator",
+                                            start_timeout=start_timeout)
+        self._conn = self.sim_process.conn
         self._conn.settimeout(self.timeout)
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _reap, self._proc, None, self._conn,
-                                           self.workdir, self._keep)
+
+    @property
+    def workdir(self):
+        """The simulator's working directory (its log is ``sim.log``)."""
+        return self.sim_process.workdir
 
     def __repr__(self):
-        return f"<RtlBridge {self.model.sim} pid {self._proc.pid}>"
+        return f"<RtlBridge {self.model.sim} pid {self.sim_process.pid}>"
 
     @property
     def frame_timeout_cycles(self):
@@ -416,30 +386,13 @@ class RtlBridge:
 
     # -- the process --------------------------------------------------------------------
     def _fail(self, message):
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait()
-        self._keep[0] = True
-        try:
-            tail = "\n".join((self.workdir / "sim.log").read_text(errors="replace")
-                             .splitlines()[-15:])
-        except OSError:
-            tail = ""
-        raise TransportError(f"UART RTL: {message}; log {self.workdir / 'sim.log'}"
-                             + (f":\n{tail}" if tail else ""))
+        self.sim_process.fail(f"UART RTL: {message}")
 
     @property
     def alive(self):
         """Whether the simulator process is running."""
-        return self._proc is not None and self._proc.poll() is None
+        return self.sim_process.alive
 
     def close(self):
         """Stop the simulator (its cocotb test ends) and wait for it."""
-        if self._conn is not None and self.alive:
-            try:
-                self._conn.settimeout(5)
-                self._conn.sendall(REQUEST.pack(OP_SHUTDOWN, 0, 0, 0))
-                self._conn.recv(REPLY.size)
-            except OSError:
-                pass
-        self._finalizer()
+        self.sim_process.shutdown(REQUEST.pack(OP_SHUTDOWN, 0, 0, 0), REPLY.size)
