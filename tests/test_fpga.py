@@ -181,14 +181,16 @@ def test_board_core_drives_only_the_leds_it_has():
 
 @pytest.mark.parametrize("name", ["icebreaker"])
 def test_board_configuration_runs_the_mlp_bit_exactly(name):
-    """The configuration a board is built with runs a real model in the RTL, outputs
-    equal to the golden model's: for the iCEBreaker, a vector unit of one lane for
-    four (every REQUANT row and VADD word in four passes). (The ULX3S builds the
-    default configuration, which the rest of the suite runs.)"""
+    """The tile a board builds runs a real model in the RTL, outputs equal to the
+    golden model's: for the iCEBreaker, a vector unit of one lane for four (every
+    REQUANT row and VADD word in four passes) and GMEM behind one port, as in its
+    SPRAM. (The ULX3S builds the default configuration, which the rest of the suite
+    runs.)"""
     import numpy as np
     from fusetile.host.bench import _workload
     from fusetile.host.device import Device
     from fusetile.host.runner import infer, load_program
+    from fusetile.hdl.tile import Tile
     from fusetile.host.transport import open_transport
     from fusetile.kernels.compiler import compile_graph
     from fusetile.workloads.digits import load_split
@@ -200,8 +202,9 @@ def test_board_configuration_runs_the_mlp_bit_exactly(name):
                                              tuple(graph.tensors[graph.input].shape)))
     program = compile_graph(graph, config)
     outputs = {}
-    for target in ("model", "amaranth"):
-        with open_transport(target, config=config) as transport:
+    tops = {"model": {}, "amaranth": {"top": Tile(config, gmem_ports=BOARDS[name].gmem_ports)}}
+    for target, top in tops.items():
+        with open_transport(target, config=config, **top) as transport:
             dev = Device(transport)
             assert dev.config == config         # as the tile reports it in HWCFG
             load_program(dev, program)
