@@ -21,6 +21,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from ..kernels.config import TileConfig
 from .pll import Pll, ecp5_pll_params, ice40_pll_params
 from .regmap import ADDR_WIDTH
+from .single_port_ram import check_spram
 from .tile import Tile
 from .uart_bridge import UartBridge
 
@@ -271,8 +272,9 @@ class BoardTop(wiring.Component):
     baud : int
         The UART's line rate.
 
-    Elaboration raises ``ValueError`` if the PLL cannot make ``clock_hz`` or the clock
-    cannot make ``baud`` (:meth:`Board.clock_plan` says so before that).
+    Raises ``ValueError`` if GMEM is to be in SPRAM and does not fit it; elaboration
+    raises ``ValueError`` if the PLL cannot make ``clock_hz`` or the clock cannot make
+    ``baud`` (:meth:`Board.clock_plan` says so before that).
     """
 
     def __init__(self, board, config=None, *, clock_hz=None, baud=DEFAULT_BAUD):
@@ -287,6 +289,10 @@ class BoardTop(wiring.Component):
         self.baud = baud
         self.clock_hz = board.clock_hz if clock_hz is None else float(clock_hz)
         self.pll = None
+        if board.gmem_ports == "single" and board.family == "ice40":
+            # Said before anything is elaborated: GMEM must fit the SPRAM.
+            check_spram(self.config.word_bits, self.config.gmem_words,
+                        board.make_platform().device)
         super().__init__({})
 
     def elaborate(self, platform):

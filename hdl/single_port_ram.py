@@ -15,12 +15,27 @@ from amaranth.lib.wiring import In, Out
 from amaranth.vendor import SiliconBluePlatform
 
 
-__all__ = ["SPRAM_WORDS", "SPRAM_BITS", "SPRAM_BLOCKS", "SinglePortRam", "uses_spram"]
+__all__ = ["SPRAM_WORDS", "SPRAM_BITS", "SPRAM_BLOCKS", "SinglePortRam", "check_spram",
+           "spram_blocks", "uses_spram"]
 
 
 SPRAM_WORDS = 16384     #: words of one SB_SPRAM256KA
 SPRAM_BITS = 16         #: bits of a word of one SB_SPRAM256KA
 SPRAM_BLOCKS = 4        #: SB_SPRAM256KA blocks of an iCE40UP5K
+
+
+def spram_blocks(width, depth):
+    """SB_SPRAM256KA blocks ``depth`` words of ``width`` bits take: 16-bit slices side
+    by side, 16K-word banks one above the other."""
+    return (width // SPRAM_BITS) * -(-depth // SPRAM_WORDS)
+
+
+def check_spram(width, depth, device):
+    """Raise ``ValueError`` if ``depth`` words of ``width`` bits need more SPRAM
+    blocks than an iCE40UP (``device``, for the message) has."""
+    if spram_blocks(width, depth) > SPRAM_BLOCKS:
+        raise ValueError(f"{depth} words of {width} bits need {spram_blocks(width, depth)} "
+                         f"SPRAM blocks; {device} has {SPRAM_BLOCKS}")
 
 
 def uses_spram(platform):
@@ -76,13 +91,9 @@ class SinglePortRam(wiring.Component):
             "rdata": Out(width),
         })
 
-    @property
-    def spram_blocks(self):
-        """SB_SPRAM256KA blocks it takes in an iCE40UP: 16-bit slices side by side,
-        16K-word banks one above the other."""
-        return (self.width // SPRAM_BITS) * -(-self.depth // SPRAM_WORDS)
-
     def elaborate(self, platform):
+        if uses_spram(platform):
+            check_spram(self.width, self.depth, platform.device)
         m = Module()
         write = self.we.any()
         if not uses_spram(platform):
@@ -95,10 +106,6 @@ class SinglePortRam(wiring.Component):
             ]
             return m
 
-        if self.spram_blocks > SPRAM_BLOCKS:
-            raise ValueError(f"{self.depth} words of {self.width} bits need "
-                             f"{self.spram_blocks} SPRAM blocks; {platform.device} has "
-                             f"{SPRAM_BLOCKS}")
         banks = -(-self.depth // SPRAM_WORDS)
         bank = self.addr[14:] if banks > 1 else Const(0)
         read_bank = Signal(range(banks))        # the bank of the last read: rdata's

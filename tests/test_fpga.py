@@ -19,6 +19,7 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from fusetile.hdl.board import BOARDS, LED_MEANINGS, BoardCore, BoardTop, board
+from fusetile.kernels.config import TileConfig
 from fusetile.hdl.pll import ecp5_pll_params, ice40_pll_params
 from fusetile.hdl.regmap import hwcfg_values, tile_memory_map, config_from_hwcfg
 from fusetile.host import fpga
@@ -169,6 +170,12 @@ def test_board_core_answers_over_uart_and_lights_leds():
 
     bench.run(main, watch)
     assert seen == {"heartbeat": {0, 1}, "uart_rx": {0, 1}, "uart_tx": {0, 1}}
+
+
+def test_gmem_larger_than_the_spram_is_refused_before_elaboration():
+    config = TileConfig(word_bytes=4, gmem_bytes=256 * 1024)
+    raises_in_constructor(ValueError, "65536 words of 32 bits need 8 SPRAM blocks; "
+                          "iCE40UP5K has 4", BoardTop, BOARDS["icebreaker"], config)
 
 
 def test_board_core_drives_only_the_leds_it_has():

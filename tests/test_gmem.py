@@ -188,15 +188,15 @@ def test_single_port_in_spram():
     side by side, 16K-word banks one above the other, four at most."""
     from amaranth.back import rtlil
     from amaranth_boards.icebreaker import ICEBreakerPlatform
-    from fusetile.hdl.single_port_ram import SinglePortRam, uses_spram
+    from fusetile.hdl.single_port_ram import SinglePortRam, spram_blocks, uses_spram
 
     platform = ICEBreakerPlatform()
     assert uses_spram(platform) and not uses_spram(None)
     config = TileConfig(word_bytes=4, gmem_bytes=128 * 1024)
     text = rtlil.convert(GlobalMemory(config, ports="single"), platform=platform)
     assert text.count("cell \\SB_SPRAM256KA") == 4
-    assert SinglePortRam(32, 32768).spram_blocks == 4
-    assert SinglePortRam(64, 100).spram_blocks == 4
+    assert spram_blocks(32, 32768) == 4 and spram_blocks(64, 100) == 4
+    assert spram_blocks(32, 16385) == 4 and spram_blocks(16, 16384) == 1
     too_big = GlobalMemory(TileConfig(word_bytes=8, gmem_bytes=256 * 1024), ports="single")
     with pytest.raises(ValueError, match=r"32768 words of 64 bits need 8 SPRAM blocks; "
                                          r"iCE40UP5K has 4"):
