@@ -101,7 +101,7 @@ class ComputeUnit(wiring.Component):
     the same bank takes two cycles per step (the compiler should put them in different
     banks, e.g. ``b_addr - a_addr`` odd with unit strides).
 
-    Overlap: reads run up to 9 words ahead of writes, so an output may overwrite an
+    Overlap: reads run up to 8 + P words ahead of writes, so an output may overwrite an
     input of the same operation only if that input has been read already: exactly in
     place (VADD, VCLAMP output = an input) is fine, as is any layout in which no input
     word is read after an output overwrote it; other overlaps give results that depend

@@ -463,10 +463,10 @@ class VectorAlu(wiring.Component):
     """
 
     #: Cycles from the word completing a result on ``i`` to the result on ``o``, with a
-    #: pass per row (:attr:`latency` in general).
+    #: lane multiplier per lane (:attr:`latency` in general).
     LATENCY = 8
-    #: Cycles from a row on ``rq`` to its result on ``rq_o``, with a pass per row
-    #: (:attr:`requant_latency` in general).
+    #: Cycles from a row on ``rq`` to its result on ``rq_o``, with a lane multiplier
+    #: per lane (:attr:`requant_latency` in general).
     REQUANT_LATENCY = 6
     #: At most this many registers on the lane tree of VCMP and VARGMAX, so that the
     #: merge (a stage) and the comparison (a stage) are done by stage 7.

@@ -55,9 +55,10 @@ class TileConfig:
     vector_lanes : int or None
         Lanes the vector unit scales per cycle: its lane multipliers and requantiser
         (a power of two, at most ``word_bytes``). ``None``: ``word_bytes``, a word or an
-        ACC row per cycle. With fewer, a row or a scaled word (REQUANT, VADD, VPOOL
-        average) takes :attr:`vector_passes` cycles of them, at a quarter of the
-        multipliers and logic for a quarter of the lanes: the small boards' choice.
+        ACC row per cycle. With fewer, the multipliers and the rounding and clamp
+        after them are built for ``vector_lanes`` lanes, and a row or a scaled word
+        (REQUANT, VADD, VPOOL average) takes :attr:`vector_passes` cycles of them:
+        the small boards' choice.
 
     Raises
     ------
