@@ -189,7 +189,7 @@ def info_command(args, out):
         table.add_column("Value", justify="right")
         table.add_row("version", version)
         table.add_row("profile hash", profile.profile_hash)
-        for key, value in profile.as_dict().items():
+        for key, value in profile.as_built().items():
             table.add_row(key, str(value))
         console.print(table)
         regions_table = Table(title="Memory map", show_header=True)

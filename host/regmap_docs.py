@@ -129,12 +129,6 @@ def _check_config(config):
 
 # -- Markdown --------------------------------------------------------------------------
 
-def _config_values(config):
-    """The configuration's parameters with the values the hardware has: a default
-    (``vector_lanes`` None) as the number it stands for."""
-    return {**config.as_dict(), "vector_lanes": config.scaler_lanes}
-
-
 def markdown(config=TileConfig()):
     """The register map of a tile with configuration ``config``, as Markdown."""
     _check_config(config)
@@ -161,7 +155,7 @@ def markdown(config=TileConfig()):
     w("")
     w("| Parameter | Value |")
     w("|---|---|")
-    for key, value in _config_values(config).items():
+    for key, value in config.as_built().items():
         w(f"| `{key}` | {value} |")
     w("")
     w("The tile reports it in its identity registers:")
@@ -348,7 +342,7 @@ def c_header(config=TileConfig()):
     define("FT_PROFILE_HASH", f'"{config.profile_hash}"')
     w("")
     w("/* Configuration this header was generated for. */")
-    for key, value in _config_values(config).items():
+    for key, value in config.as_built().items():
         define(f"FT_CFG_{key.upper()}", str(int(value)))
     w("")
     w("/* Values of the identity registers for that configuration. */")

@@ -54,11 +54,12 @@ class TileConfig:
         Whether per-slot call and cycle counters are built.
     vector_lanes : int or None
         Lanes the vector unit scales per cycle: its lane multipliers and requantiser
-        (a power of two, at most ``word_bytes``). ``None``: ``word_bytes``, a word or an
-        ACC row per cycle. With fewer, the multipliers and the rounding and clamp
-        after them are built for ``vector_lanes`` lanes, and a row or a scaled word
-        (REQUANT, VADD, VPOOL average) takes :attr:`vector_passes` cycles of them:
-        the small boards' choice.
+        (a power of two, at most ``word_bytes``). ``None`` (and ``word_bytes``, which
+        is stored as None): a word or an ACC row per cycle. With fewer, the
+        multipliers and the rounding and clamp after them are built for
+        ``vector_lanes`` lanes, and a row or a scaled word (REQUANT, VADD, VPOOL
+        average) takes :attr:`vector_passes` cycles of them: the small boards'
+        choice.
 
     Raises
     ------
@@ -118,6 +119,9 @@ class TileConfig:
         if self.vector_lanes is not None and self.vector_lanes > self.word_bytes:
             raise ValueError(f"vector_lanes must be at most word_bytes ({self.word_bytes}), "
                              f"not {self.vector_lanes!r}")
+        if self.vector_lanes == self.word_bytes:
+            # One configuration, one profile: a lane per byte is the default.
+            object.__setattr__(self, "vector_lanes", None)
         if self.gmem_bytes % self.word_bytes:
             raise ValueError(f"gmem_bytes must be a multiple of word_bytes ({self.word_bytes}), "
                              f"not {self.gmem_bytes!r}")
@@ -153,6 +157,11 @@ class TileConfig:
 
     def as_dict(self):
         return asdict(self)
+
+    def as_built(self):
+        """:meth:`as_dict` with what the hardware has for a default (``vector_lanes``
+        None: the number of lanes it stands for): for people and firmware."""
+        return {**self.as_dict(), "vector_lanes": self.scaler_lanes}
 
     @property
     def profile_hash(self):

@@ -147,6 +147,22 @@ def test_hardware_profile_round_trip_other_config():
     assert dev.slot_counters() == []
 
 
+def test_vector_lanes_round_trip():
+    """HWCFG_ARRAY.vector_lanes: a tile with fewer vector lanes than word bytes says
+    how many; all of them, or 0 (a tile before register map 0.2), read back as None."""
+    config = TileConfig(word_bytes=8, vector_lanes=2)
+    assert Device(FakeTile(config)).config == config
+    assert config.as_built()["vector_lanes"] == 2 and config.vector_passes == 4
+    assert TileConfig(vector_lanes=8) == TileConfig()        # one profile for the default
+    assert TileConfig(vector_lanes=8).profile_hash == TileConfig().profile_hash
+    values = hwcfg_values(TileConfig())
+    array = tile_memory_map(TileConfig())["HWCFG_ARRAY"].item
+    assert array.unpack(values["HWCFG_ARRAY"]).vector_lanes == 8
+    old = values | {"HWCFG_ARRAY": values["HWCFG_ARRAY"] & 0x00FFFFFF}
+    assert regmap.config_from_hwcfg(old) == TileConfig()
+    assert TileConfig().as_built()["vector_lanes"] == 8
+
+
 def test_not_a_fusetile(fake):
     fake.words[fake.mm.addr("ID")] = 0x12345678
     with pytest.raises(ValueError, match="not the fusetile magic"):
