@@ -12,15 +12,25 @@ step per cycle and never stalls. Each step goes through three register stages:
    at 32 bits.
 
 Nothing but a register sits between a multiplier and its neighbours, so each stage is
-one DSP multiply or one 32-bit carry chain (plus the bias / hold multiplexer): the array
-is meant to close timing at 100 MHz or more on an ECP5, with one MULT18X18D per MAC
-whether or not the tools pull the operand and product registers into the DSP block.
-Not yet checked with nextpnr.
+one DSP multiply or one 32-bit carry chain (plus the bias / hold multiplexer), with one
+MULT18X18D per MAC on an ECP5 whether or not the tools pull the operand and product
+registers into the DSP block.
+
+Built for an iCE40 the stages are arranged for its SB_MAC16, whose 32-bit accumulator
+Yosys infers, register included, when nothing but a multiplexer sits in front of its
+adder: stage 2 registers the operands again (the DSP's input registers; an operand
+row with no step in it is zero) instead of the product, and stage 3 is ``ACC[i][j] =
+(load ? init[i] : ACC[i][j]) + a[i] * b[j]`` in the DSP, the bias being loaded as
+``init`` with a zero product. Same cycles, same results; the accumulators and their
+adders leave the fabric (``docs/fpga.md``, step 22). ACC is then not cleared by reset
+(Yosys puts no register with both a reset and an enable into the DSP block): it holds
+whatever it held until ACC_BIAS or a MATMUL's first step sets it.
 """
 
 from amaranth.hdl import Module, Signal, Mux, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.vendor import SiliconBluePlatform
 
 from ..kernels.config import TileConfig
 
@@ -88,6 +98,9 @@ class MacArray(wiring.Component):
     ----------
     config : TileConfig
         ``rows`` and ``cols`` (each at most ``word_bytes``) give the array size.
+    dsp_accumulator : bool or None
+        Arrange the stages for DSP blocks with an accumulator (the iCE40's SB_MAC16;
+        above). ``None``: when built for an iCE40.
 
     Attributes
     ----------
@@ -96,8 +109,8 @@ class MacArray(wiring.Component):
     bias_valid : In(1)
         At the end of this cycle, set ``ACC[i][j] = bias_value[i]`` for every ``i, j``
         (ACC_BIAS). Must only be asserted while ``busy`` is low (a step handed over in
-        the same cycle is fine: it is added to the bias). If a step is being added in
-        the same cycle, the bias wins and the step is lost.
+        the same cycle is fine: it is added to the bias); with a step being added in
+        the same cycle what ACC gets is undefined.
     bias_value : In(ArrayLayout(signed(32), rows))
         The bias per row; as bits, the little-endian int32 array ACC_BIAS reads from
         the scratchpad.
@@ -126,9 +139,10 @@ class MacArray(wiring.Component):
     #: Cycles from accepting a step to the first cycle ACC includes it.
     LATENCY = 3
 
-    def __init__(self, config):
+    def __init__(self, config, *, dsp_accumulator=None):
         _check_config(config)
         self._config = config
+        self.dsp_accumulator = dsp_accumulator
         rows, cols = config.rows, config.cols
         super().__init__({
             "step":       In(stream.Signature(MacStepLayout(config))),
@@ -178,17 +192,37 @@ class MacArray(wiring.Component):
         adding = Signal()
         m.d.comb += adding.eq(prod_valid)
 
-        acc = [[Signal(signed(32), name=f"acc_{i}_{j}") for j in range(cfg.cols)]
-               for i in range(cfg.rows)]
-        for i in range(cfg.rows):
-            for j in range(cfg.cols):
-                prod = Signal(signed(16), name=f"prod_{i}_{j}", reset_less=True)
-                m.d.sync += prod.eq(op_a[i] * op_b[j])
-                with m.If(self.bias_valid):
-                    m.d.sync += acc[i][j].eq(self.bias_value[i])
-                with m.Elif(adding):
-                    # The sum is 33 bits wide; the assignment wraps it to 32.
-                    m.d.sync += acc[i][j].eq(Mux(prod_first, 0, acc[i][j]) + prod)
+        in_dsp = self.dsp_accumulator
+        if in_dsp is None:
+            in_dsp = isinstance(platform, SiliconBluePlatform)
+        acc = [[Signal(signed(32), name=f"acc_{i}_{j}", reset_less=in_dsp)
+                for j in range(cfg.cols)] for i in range(cfg.rows)]
+        if in_dsp:
+            # The operands again, a row of `a` zero when no step is in it (so that a
+            # bias loads with a zero product), and the accumulate in the DSP block.
+            dsp_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
+            dsp_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
+            m.d.sync += [
+                dsp_a.eq(Mux(op_valid & ~self.abort, op_a, 0)),
+                dsp_b.eq(op_b),
+            ]
+            load = self.bias_valid | prod_first
+            for i in range(cfg.rows):
+                init = Mux(self.bias_valid, self.bias_value[i], 0)
+                for j in range(cfg.cols):
+                    with m.If(self.bias_valid | adding):
+                        m.d.sync += acc[i][j].eq(Mux(load, init, acc[i][j]) +
+                                                 dsp_a[i] * dsp_b[j])
+        else:
+            for i in range(cfg.rows):
+                for j in range(cfg.cols):
+                    prod = Signal(signed(16), name=f"prod_{i}_{j}", reset_less=True)
+                    m.d.sync += prod.eq(op_a[i] * op_b[j])
+                    with m.If(self.bias_valid):
+                        m.d.sync += acc[i][j].eq(self.bias_value[i])
+                    with m.Elif(adding):
+                        # The sum is 33 bits wide; the assignment wraps it to 32.
+                        m.d.sync += acc[i][j].eq(Mux(prod_first, 0, acc[i][j]) + prod)
 
         with m.Switch(self.row):
             for i in range(cfg.rows):

@@ -24,6 +24,13 @@ IDS = [f"{c.rows}x{c.cols}w{c.word_bytes}" for c in CONFIGS]
 LATENCY = MacArray.LATENCY
 
 
+@pytest.fixture(params=[False, True], ids=["fabric", "dsp"])
+def style(request):
+    """Every test runs on both arrangements of the stages: accumulators in the fabric
+    (the ECP5's and the simulators') and in DSP blocks (the iCE40's)."""
+    return request.param
+
+
 def run(dut, bench, vcd=None):
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -108,9 +115,9 @@ def test_config_checked():
         MacArray(TileConfig(rows=4, cols=8, word_bytes=4))
 
 
-def test_ports():
+def test_ports(style):
     cfg = TileConfig(rows=4, cols=8)
-    dut = MacArray(cfg)
+    dut = MacArray(cfg, dsp_accumulator=style)
     assert dut.config is cfg
     assert len(dut.step.payload.a.as_value()) == cfg.word_bits
     assert len(dut.step.payload.b.as_value()) == cfg.word_bits
@@ -132,10 +139,10 @@ def test_verilog(config):
 # -- arithmetic against kernels.arith --------------------------------------------------
 
 @pytest.mark.parametrize("config", CONFIGS, ids=IDS)
-def test_random_matmuls(config):
+def test_random_matmuls(config, style):
     """Random MATMULs (overwrite or accumulate), with bubbles, checked after each."""
     rng = random.Random(config.rows * 100 + config.cols)
-    dut = MacArray(config)
+    dut = MacArray(config, dsp_accumulator=style)
     R, C = config.rows, config.cols
     runs = 3 if R * C > 64 else 6
 
@@ -160,10 +167,10 @@ def test_random_matmuls(config):
     run(dut, bench)
 
 
-def test_back_to_back_matmuls():
+def test_back_to_back_matmuls(style):
     """A new MATMUL (first = 1) right behind the last step of the previous one."""
     rng = random.Random(7)
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
@@ -179,9 +186,9 @@ def test_back_to_back_matmuls():
     run(dut, bench)
 
 
-def test_first_only_clears_on_its_step():
+def test_first_only_clears_on_its_step(style):
     """Steps after a `first` step add to it; `first` on a later step restarts."""
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
     ones = [1] * 8
 
     async def bench(ctx):
@@ -200,9 +207,9 @@ def test_first_only_clears_on_its_step():
 # -- bias ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("config", CONFIGS[:2], ids=IDS[:2])
-def test_bias_then_accumulate(config):
+def test_bias_then_accumulate(config, style):
     rng = random.Random(3)
-    dut = MacArray(config)
+    dut = MacArray(config, dsp_accumulator=style)
     R, C = config.rows, config.cols
 
     async def bench(ctx):
@@ -222,10 +229,10 @@ def test_bias_then_accumulate(config):
     run(dut, bench)
 
 
-def test_bias_with_first_step_in_same_cycle():
+def test_bias_with_first_step_in_same_cycle(style):
     """ACC_BIAS and the first accumulating step can be handed over together."""
     rng = random.Random(4)
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
@@ -242,8 +249,8 @@ def test_bias_with_first_step_in_same_cycle():
     run(dut, bench)
 
 
-def test_bias_after_matmul_replaces_acc():
-    dut = MacArray(CFG)
+def test_bias_after_matmul_replaces_acc(style):
+    dut = MacArray(CFG, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
@@ -259,9 +266,9 @@ def test_bias_after_matmul_replaces_acc():
 # -- wrap-around -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("direction", ["up", "down"])
-def test_wraps_on_overflow(direction):
+def test_wraps_on_overflow(direction, style):
     """int32 accumulators wrap like two's complement (large bias, extreme operands)."""
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
     rng = random.Random(5)
 
     async def bench(ctx):
@@ -288,10 +295,10 @@ def test_wraps_on_overflow(direction):
     run(dut, bench)
 
 
-def test_extreme_operands_random():
+def test_extreme_operands_random(style):
     """Mixed +-128/127 operands over many back-to-back steps on a large bias."""
     rng = random.Random(6)
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
@@ -311,9 +318,9 @@ def test_extreme_operands_random():
 # -- readout ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("config", CONFIGS, ids=IDS)
-def test_readout_every_row(config):
+def test_readout_every_row(config, style):
     """Each row is distinct; reading is one row per cycle, one cycle late."""
-    dut = MacArray(config)
+    dut = MacArray(config, dsp_accumulator=style)
     R, C = config.rows, config.cols
 
     async def bench(ctx):
@@ -333,9 +340,9 @@ def test_readout_every_row(config):
     run(dut, bench)
 
 
-def test_readout_out_of_range_row_reads_zero():
+def test_readout_out_of_range_row_reads_zero(style):
     config = TileConfig(rows=3, cols=5)
-    dut = MacArray(config)
+    dut = MacArray(config, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
@@ -350,10 +357,10 @@ def test_readout_out_of_range_row_reads_zero():
 # -- timing ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("k", [1, 2, 7])
-def test_throughput_busy_and_macs(k):
+def test_throughput_busy_and_macs(k, style):
     """k back-to-back steps from cycle 0 are all in ACC in cycle k - 1 + LATENCY; busy
     covers cycles 1 .. k - 1 + LATENCY - 1 exactly; macs reports R*C per step."""
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
     rng = random.Random(k)
     steps = [(rand_lanes(rng, 8), rand_lanes(rng, 8)) for _ in range(k)]
     model = np.zeros((8, 8), dtype=np.int32)
@@ -397,9 +404,9 @@ def test_throughput_busy_and_macs(k):
     run(dut, bench)
 
 
-def test_single_step_latency():
+def test_single_step_latency(style):
     """A step accepted in cycle t is first visible in ACC in cycle t + LATENCY."""
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
@@ -416,10 +423,10 @@ def test_single_step_latency():
     run(dut, bench)
 
 
-def test_drain_then_read_matches_after_bubbly_stream():
+def test_drain_then_read_matches_after_bubbly_stream(style):
     """The sequencer's protocol: steps, wait for busy low, then read rows at once."""
     rng = random.Random(11)
-    dut = MacArray(CFG)
+    dut = MacArray(CFG, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
@@ -437,8 +444,8 @@ def test_drain_then_read_matches_after_bubbly_stream():
     run(dut, bench)
 
 
-def test_abort_drops_steps_in_flight():
-    dut = MacArray(CFG)
+def test_abort_drops_steps_in_flight(style):
+    dut = MacArray(CFG, dsp_accumulator=style)
 
     async def bench(ctx):
         idle(ctx, dut)
