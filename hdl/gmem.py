@@ -121,8 +121,11 @@ class GlobalMemory(wiring.Component):
     ------
     TypeError
         If ``config`` is not a :class:`TileConfig`.
+    ValueError
+        If ``ports`` is not one of :attr:`PORTS`.
     """
 
+    #: The ways GMEM's ports can be built (above).
     PORTS = ("dual", "shared", "single")
 
     def __init__(self, config, *, ports="dual"):
