@@ -26,8 +26,8 @@ from ..hdl.board import BoardTop, DEFAULT_BAUD, LED_MEANINGS, board as find_boar
 from ..kernels.config import TileConfig
 
 
-__all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "tool_environment", "build", "program",
-           "parse_report", "parse_yosys_stat"]
+__all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING", "tool_environment",
+           "build", "program", "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
@@ -57,6 +57,12 @@ _RESOURCES = {
 # before its map_luts step, maps LUTs with the classic ABC and resumes at map_cells:
 # the same script otherwise. (scripts/block_sizes.py maps LUTs the same way.)
 ECP5_LUT_MAPPING = ["techmap -map +/lattice/latches_map.v", "abc -lut 4", "clean"]
+# The same for the iCE40, between synth_ice40's "begin:map_luts" and "map_cells:". The
+# bitstream build does not need it (ABC9 gets through the whole design there), but
+# ABC9 trips on parts of it mapped alone (scripts/block_sizes.py, tests/test_fpga.py).
+ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
+                     "ice40_wrapcarry -unwrap", "techmap -map +/ice40/ff_map.v", "clean",
+                     "opt_lut -tech ice40"]
 _SYNTH_OPTIONS = {
     "ecp5": {
         "synth_opts": "-run begin:map_luts",

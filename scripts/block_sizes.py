@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from fusetile.hdl.board import board as find_board
-from fusetile.host.fpga import ECP5_LUT_MAPPING
+from fusetile.host.fpga import ECP5_LUT_MAPPING, ICE40_LUT_MAPPING
 
 from timing_paths import map_core       # scripts/ is on the path when run as a script
 
@@ -38,12 +38,7 @@ _FLOWS = {
     ],
     "ice40": [
         "synth_ice40 -dsp -noflatten -top fusetile -run begin:map_luts",
-        "techmap -map +/ice40/latches_map.v",
-        "abc -lut 4",
-        "ice40_wrapcarry -unwrap",
-        "techmap -map +/ice40/ff_map.v",
-        "clean",
-        "opt_lut -tech ice40",
+        *ICE40_LUT_MAPPING,
         "synth_ice40 -dsp -noflatten -top fusetile -run map_cells:",
     ],
 }

