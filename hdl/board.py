@@ -76,6 +76,10 @@ class Board:
         How GMEM is built (:class:`~fusetile.hdl.gmem.GlobalMemory`): ``"shared"``, a
         read and a write port in block RAM, or ``"single"``, one port in the iCE40UP's
         SPRAM.
+    store_ports : str
+        How the host reads the plan banks and kernel slots (:class:`Tile`): ``"dual"``,
+        a read port of its own, or ``"shared"``, the control unit's (half the block
+        RAMs).
     description : str
     """
 
@@ -88,6 +92,7 @@ class Board:
     config: TileConfig
     clock_hz: float
     gmem_ports: str
+    store_ports: str
     description: str
 
     def make_platform(self):
@@ -129,6 +134,7 @@ BOARDS = {b.name: b for b in (
         config=TileConfig(),
         clock_hz=100e6,
         gmem_ports="shared",
+        store_ports="dual",
         description="Radiona ULX3S, Lattice ECP5 LFE5U-85F (84k LUT4, 156 MULT18, 208 EBR)",
     ),
     Board(
@@ -145,6 +151,7 @@ BOARDS = {b.name: b for b in (
                           dma_queue=2, slot_counters=False, vector_lanes=1),
         clock_hz=24e6,
         gmem_ports="single",
+        store_ports="shared",
         description="1BitSquared iCEBreaker, Lattice iCE40UP5K (5,280 LUT4, 30 EBR, 8 DSP)",
     ),
 )}
@@ -193,8 +200,8 @@ class BoardCore(wiring.Component):
         one up).
     blink_cycles : int
         How long a UART byte keeps its activity LED lit, in cycles.
-    gmem_ports : str
-        How GMEM is built (:attr:`Board.gmem_ports`).
+    gmem_ports, store_ports : str
+        How GMEM and the instruction stores are built (:class:`Board`).
 
     Attributes
     ----------
@@ -209,7 +216,7 @@ class BoardCore(wiring.Component):
     """
 
     def __init__(self, config, *, divisor, leds=len(LED_MEANINGS), heartbeat_cycles=1 << 26,
-                 blink_cycles=1 << 20, gmem_ports="shared"):
+                 blink_cycles=1 << 20, gmem_ports="shared", store_ports="dual"):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         if not 0 <= leds <= len(LED_MEANINGS):
@@ -217,6 +224,7 @@ class BoardCore(wiring.Component):
         self.config = config
         self.divisor = divisor
         self.gmem_ports = gmem_ports
+        self.store_ports = store_ports
         self.heartbeat_cycles = heartbeat_cycles
         self.blink_cycles = blink_cycles
         super().__init__({
@@ -232,7 +240,8 @@ class BoardCore(wiring.Component):
         # what Yosys maps to block RAM on both families (two read-write ports with
         # Amaranth's read-during-write rules end up in flip-flops on the ECP5), or the
         # one port of the iCE40UP's SPRAM.
-        m.submodules.tile = tile = Tile(self.config, gmem_ports=self.gmem_ports)
+        m.submodules.tile = tile = Tile(self.config, gmem_ports=self.gmem_ports,
+                                        store_ports=self.store_ports)
         # A host access to GMEM may wait for a DMA transfer: give it a millisecond-scale
         # bus timeout, not the simulation top's 256 cycles.
         m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
@@ -320,6 +329,7 @@ class BoardTop(wiring.Component):
         f_clk = int(self.pll.f_out)
         m.submodules.core = core = BoardCore(
             self.config, divisor=divisor, leds=b.leds, gmem_ports=b.gmem_ports,
+            store_ports=b.store_ports,
             heartbeat_cycles=f_clk, blink_cycles=f_clk // 50)   # ~1 Hz; 20 ms per byte
         uart = platform.request("uart", 0, dir="-")
         m.d.comb += [

@@ -85,9 +85,15 @@ class ControlUnit(wiring.Component):
         Slot table: the partition each slot's scratchpad accesses use.
     plan_rd_bank, plan_rd_pc : Out
         Plan store read address (data one cycle later on ``plan_rd_data``).
+    plan_rd_en : Out(1)
+        The next cycle fetches a plan instruction: the plan store must read
+        ``plan_rd_bank``, ``plan_rd_pc`` in this one. The control unit uses
+        ``plan_rd_data`` only then, so a store may serve the host in other cycles.
     plan_rd_data : In(64)
     kern_rd_slot, kern_rd_upc : Out
         Kernel store read address (data one cycle later on ``kern_rd_data``).
+    kern_rd_en : Out(1)
+        As ``plan_rd_en``, for the kernel store and a micro-instruction fetch.
     kern_rd_data : In(128)
     dma_push : Out(stream.Signature(QueuedDmaCommand))
         To the DMA queue.
@@ -165,8 +171,10 @@ class ControlUnit(wiring.Component):
             "watchdog_limit": In(32),
             "slot_valid": In(k),
             "slot_part": In(data.ArrayLayout(4, k)),
-            "plan_rd_bank": Out(1), "plan_rd_pc": Out(16), "plan_rd_data": In(64),
-            "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_data": In(128),
+            "plan_rd_bank": Out(1), "plan_rd_pc": Out(16), "plan_rd_en": Out(1),
+            "plan_rd_data": In(64),
+            "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_en": Out(1),
+            "kern_rd_data": In(128),
             "dma_push": Out(stream.Signature(QueuedDmaCommand)),
             "dma_outstanding": In(4),
             "compute_cmd": Out(stream.Signature(ComputeCommand)),
@@ -232,7 +240,8 @@ class ControlUnit(wiring.Component):
         # the next plan (micro) PC presents it, so the word is out of the block RAM in
         # the fetch cycle, which registers it. By default they read the instruction
         # being executed; plan_goto, micro_next, CALL, START and a miss present the
-        # next one.
+        # next one, and only those need the read (`plan_rd_en`, `kern_rd_en`): they are
+        # every way into PLAN_FETCH and MICRO_FETCH, the states that use the word.
         m.d.comb += [
             self.plan_rd_bank.eq(self.exec_bank),
             self.plan_rd_pc.eq(self.plan_pc),
@@ -321,11 +330,13 @@ class ControlUnit(wiring.Component):
                 raise_fault(FaultCause.PLAN_RANGE, target)
             with m.Else():
                 m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
-                m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_pc.eq(target)]
+                m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_pc.eq(target),
+                             self.plan_rd_en.eq(1)]
 
         def micro_next():
             m.d.sync += [self.micro_pc.eq(next_upc), state.eq(_State.MICRO_FETCH)]
-            m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_upc.eq(next_upc)]
+            m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_upc.eq(next_upc),
+                         self.kern_rd_en.eq(1)]
 
         # An explicit state register rather than m.FSM: faults and misses from any
         # state are one override at the end instead of a check in every state.
@@ -441,6 +452,7 @@ class ControlUnit(wiring.Component):
                 with m.If(self.swap_pending | self.swap):
                     m.d.comb += take_swap.eq(1)
                 with m.If(self.start):
+                    m.d.comb += self.plan_rd_en.eq(1)
                     m.d.sync += [
                         self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
                         self.exec_bank.eq(self.active_bank), watchdog.eq(0),
@@ -506,7 +518,7 @@ class ControlUnit(wiring.Component):
                                 raise_fault(FaultCause.SLOT_INVALID, plan.sel)
                             with m.Else():
                                 m.d.comb += [self.kern_rd_slot.eq(plan.sel),
-                                             self.kern_rd_upc.eq(0)]
+                                             self.kern_rd_upc.eq(0), self.kern_rd_en.eq(1)]
                                 m.d.sync += [
                                     self.slot.eq(plan.sel),
                                     part.eq(self.slot_part[plan.sel[:4]]),
@@ -681,7 +693,8 @@ class ControlUnit(wiring.Component):
         m.d.comb += [self.dma_abort.eq(fault | miss), self.staging_discard.eq(fault | miss)]
 
         with m.If(miss & ~stop):
-            m.d.comb += [self.plan_rd_bank.eq(~self.exec_bank), self.plan_rd_pc.eq(resume_pc)]
+            m.d.comb += [self.plan_rd_bank.eq(~self.exec_bank), self.plan_rd_pc.eq(resume_pc),
+                         self.plan_rd_en.eq(1)]
             m.d.sync += [
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),

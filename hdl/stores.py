@@ -4,6 +4,10 @@ Both are memories with a 32-bit host window (for loading programs) and a read po
 for the control unit. The host writes whole 32-bit words only; a write the running
 program could observe half-done (the active plan bank, the executing kernel slot) is
 refused with ERR and reported on ``refused``.
+
+The host reads through a read port of its own, or (``shared_read``) through the
+control unit's, in the cycles the control unit does not read (``rd_en`` low): a block
+RAM with one read port then holds the store, half the iCE40 block RAMs of two.
 """
 
 from amaranth.hdl import Module, Signal, Cat, Mux
@@ -58,8 +62,8 @@ class _StoreBase(wiring.Component):
         m.submodules.mem = mem = Memory(shape=instr_bits, depth=window.units * window.depth,
                                         init=[])
         host_w = mem.write_port(granularity=32)
-        host_r = mem.read_port()
         ctrl_r = mem.read_port()
+        host_r = ctrl_r if self.shared_read else mem.read_port()
 
         word, index, unit = window.split(bus.adr)
         answered = bus.ack | bus.err
@@ -72,16 +76,21 @@ class _StoreBase(wiring.Component):
         write = access & bus.we
         write_ok = write & in_range & (bus.sel == 0xF) & ~refuse(unit)
 
+        host_read = access & ~bus.we & in_range
+        if self.shared_read:
+            host_read = host_read & ~rd_en      # waits while the control unit reads
         m.d.comb += [
             host_w.addr.eq(mem_addr),
             host_w.data.eq(Cat(bus.dat_w for _ in range(window.instr_words))),
-            host_r.addr.eq(mem_addr),
-            host_r.en.eq(access & ~bus.we & in_range),
         ]
+        if not self.shared_read:
+            m.d.comb += [host_r.addr.eq(mem_addr), host_r.en.eq(host_read)]
         with m.If(write_ok):
             m.d.comb += host_w.en.eq(1 << word)
 
         ok = Mux(bus.we, write_ok, in_range)
+        if self.shared_read:
+            access = access & ~(~bus.we & in_range & rd_en)     # the read waits
         m.d.sync += [
             bus.ack.eq(access & ok),
             bus.err.eq(access & ~ok),
@@ -95,8 +104,8 @@ class _StoreBase(wiring.Component):
         m.d.comb += bus.dat_r.eq(host_r.data.word_select(read_word, 32))
 
         m.d.comb += [
-            ctrl_r.addr.eq(rd_addr),
-            ctrl_r.en.eq(rd_en),
+            ctrl_r.addr.eq(Mux(rd_en, rd_addr, mem_addr) if self.shared_read else rd_addr),
+            ctrl_r.en.eq(rd_en | host_read if self.shared_read else rd_en),
             rd_data.eq(ctrl_r.data),
         ]
 
@@ -110,11 +119,14 @@ class PlanStore(_StoreBase):
     instruction ``i``, word ``2*i + 1`` bits [63:32]. Reads are allowed at any time.
     Writes with ``sel != 0xF``, and writes to the active bank, are answered with ERR
     and leave the memory unchanged; the latter also pulse ``refused`` (in the cycle
-    of the ERR). Every access is answered one cycle after ``stb`` is seen.
+    of the ERR). Every access is answered one cycle after ``stb`` is seen, except a
+    read with ``shared_read``, which waits while ``rd_en`` is high.
 
     Parameters
     ----------
     config : TileConfig
+    shared_read : bool
+        The host reads through the control unit's read port (module docstring).
 
     Attributes
     ----------
@@ -140,9 +152,10 @@ class PlanStore(_StoreBase):
         If ``config`` is not a :class:`TileConfig`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, shared_read=False):
         _check_config(config)
         self._config = config
+        self.shared_read = bool(shared_read)
         self._window = _InstructionWindow(units=2, depth=config.plan_depth,
                                           instr_words=PLAN_INSTR_BITS // 32)
         super().__init__({
@@ -186,11 +199,14 @@ class KernelStore(_StoreBase):
     time. Accesses to slots ``>= kernel_slots`` and writes with ``sel != 0xF`` are
     answered with ERR; while ``lock`` is high, writes to slot ``locked_slot`` are
     answered with ERR, leave the memory unchanged and pulse ``refused``. Every access
-    is answered one cycle after ``stb`` is seen.
+    is answered one cycle after ``stb`` is seen, except a read with ``shared_read``,
+    which waits while ``rd_en`` is high.
 
     Parameters
     ----------
     config : TileConfig
+    shared_read : bool
+        The host reads through the control unit's read port (module docstring).
 
     Attributes
     ----------
@@ -215,9 +231,10 @@ class KernelStore(_StoreBase):
         If ``config`` is not a :class:`TileConfig`.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, shared_read=False):
         _check_config(config)
         self._config = config
+        self.shared_read = bool(shared_read)
         self._window = _InstructionWindow(units=config.kernel_slots, depth=config.slot_depth,
                                           instr_words=MICRO_INSTR_BITS // 32)
         super().__init__({

@@ -43,6 +43,11 @@ class Tile(wiring.Component):
         each), ``"shared"`` (one read and one write port, for block RAMs with no more)
         or ``"single"`` (one port: the iCE40UP's SPRAM). Host accesses may wait in the
         latter two. See :class:`~fusetile.hdl.gmem.GlobalMemory`.
+    store_ports : str
+        How the host reads the plan banks and kernel slots: ``"dual"`` (a read port of
+        its own) or ``"shared"`` (the control unit's, when it does not fetch: one
+        block RAM read port per store; host reads may wait a cycle). See
+        :mod:`fusetile.hdl.stores`.
 
     Attributes
     ----------
@@ -54,13 +59,16 @@ class Tile(wiring.Component):
         ``STATUS`` bits for a board's LEDs.
     """
 
-    def __init__(self, config=None, *, gmem_ports="dual"):
+    def __init__(self, config=None, *, gmem_ports="dual", store_ports="dual"):
         if config is None:
             config = TileConfig()
         if not isinstance(config, TileConfig):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         self.config = config
         self.gmem_ports = gmem_ports
+        if store_ports not in ("dual", "shared"):
+            raise ValueError(f"store_ports must be dual or shared, not {store_ports!r}")
+        self.store_ports = store_ports
         self.memory_map = tile_memory_map(config)
         super().__init__({
             "bus": In(wishbone.Signature(addr_width=ADDR_WIDTH - 2)),
@@ -79,8 +87,9 @@ class Tile(wiring.Component):
         m.submodules.dma = dma = Dma(cfg)
         m.submodules.dma_queue = dma_queue = DmaQueue(cfg)
         m.submodules.staging = staging = StagingBuffer(cfg)
-        m.submodules.plans = plans = PlanStore(cfg)
-        m.submodules.kernels = kernels = KernelStore(cfg)
+        shared = self.store_ports == "shared"
+        m.submodules.plans = plans = PlanStore(cfg, shared_read=shared)
+        m.submodules.kernels = kernels = KernelStore(cfg, shared_read=shared)
         m.submodules.control = ctrl = ControlUnit(cfg)
         m.submodules.compute = compute = ComputeUnit(cfg)
         m.submodules.trace = trace = TraceFifo(cfg.trace_depth)
@@ -139,14 +148,16 @@ class Tile(wiring.Component):
 
             plans.rd_bank.eq(ctrl.plan_rd_bank),
             plans.rd_pc.eq(ctrl.plan_rd_pc),
-            plans.rd_en.eq(1),
+            # With a port of their own the stores read every cycle (no enable logic in
+            # front of the block RAM); shared, only when the control unit fetches.
+            plans.rd_en.eq(ctrl.plan_rd_en if shared else 1),
             ctrl.plan_rd_data.eq(plans.rd_data),
             plans.active_bank.eq(ctrl.active_bank),
             plans.lock_all.eq(ctrl.plan_lock_all),
 
             kernels.rd_slot.eq(ctrl.kern_rd_slot),
             kernels.rd_upc.eq(ctrl.kern_rd_upc),
-            kernels.rd_en.eq(1),
+            kernels.rd_en.eq(ctrl.kern_rd_en if shared else 1),
             ctrl.kern_rd_data.eq(kernels.rd_data),
             kernels.lock.eq(ctrl.in_kernel),
             kernels.locked_slot.eq(ctrl.slot),

@@ -44,7 +44,8 @@ def map_core(board, config, out, script, *, log):
     (the lines after reading it), logging to ``out/log``."""
     _, divisor = board.clock_plan(None, DEFAULT_BAUD)
     out.mkdir(parents=True, exist_ok=True)
-    core = BoardCore(config, divisor=divisor, leds=board.leds, gmem_ports=board.gmem_ports)
+    core = BoardCore(config, divisor=divisor, leds=board.leds, gmem_ports=board.gmem_ports,
+                     store_ports=board.store_ports)
     # With the board's platform: what is built for its family (the iCE40UP's SPRAM).
     (out / "core.il").write_text(rtlil.convert(core, name="fusetile",
                                                platform=board.make_platform()))

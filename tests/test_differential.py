@@ -96,6 +96,21 @@ def test_model_matches_rtl_in_passes(seed):
             check(model, rtl, random_program(seed * 10 + k, PASSES))
 
 
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_model_matches_rtl_with_the_small_boards_memories(seed):
+    """The tile as the iCEBreaker builds it: the instruction stores read through the
+    control unit's port only when it fetches (every way into a fetch must ask for
+    the read) and GMEM behind one port."""
+    from fusetile.hdl.tile import Tile
+
+    top = Tile(SMALL, gmem_ports="single", store_ports="shared")
+    with open_transport("model", config=SMALL) as model, \
+            open_transport("amaranth", config=SMALL, top=top) as rtl:
+        model, rtl = Device(model), Device(rtl)
+        for k in range(3):
+            check(model, rtl, random_program(seed * 10 + k, SMALL))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_compute_faults(amaranth_pair, seed):
     """Random programs whose compute instruction faults (PARTITION, ILLEGAL_MICRO)."""

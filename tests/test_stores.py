@@ -77,6 +77,62 @@ def test_plan_round_trip_and_read_port():
     run(dut, bench)
 
 
+@pytest.mark.parametrize("store", [PlanStore, KernelStore])
+def test_shared_read_port(store):
+    """With ``shared_read`` the host reads through the control unit's port: a read waits
+    while ``rd_en`` is high (the control unit fetching, its word out the next cycle as
+    always) and is answered the cycle after the first cycle ``rd_en`` is low."""
+    dut = store(CFG, shared_read=True)
+    rng = random.Random(7)
+    plan = store is PlanStore
+    words = 2 if plan else 4                    # host words per instruction
+    depth = CFG.plan_depth if plan else CFG.slot_depth
+    units = 2 if plan else CFG.kernel_slots
+    span = dut.span // 4
+
+    def rd_addr(ctx, unit, i):
+        ctx.set(dut.rd_bank if plan else dut.rd_slot, unit)
+        ctx.set(dut.rd_pc if plan else dut.rd_upc, i)
+
+    async def bench(ctx):
+        if plan:
+            ctx.set(dut.active_bank, 1)
+        model = {}
+        for unit in range(units):
+            if plan:
+                ctx.set(dut.active_bank, 1 - unit)
+            for i in range(depth):
+                v = rng.getrandbits(32 * words)
+                for w in range(words):
+                    addr = unit * span + words * i + w
+                    assert await wb_write(ctx, dut.bus, addr, v >> 32 * w & 0xFFFFFFFF) == "ack"
+                model[unit, i] = v
+        # The control unit reads for 5 cycles while the host's read waits.
+        (unit, i), (cu, ci) = rng.sample(sorted(model), 2)
+        bus = dut.bus
+        ctx.set(bus.cyc, 1); ctx.set(bus.stb, 1); ctx.set(bus.we, 0); ctx.set(bus.sel, 0xF)
+        ctx.set(bus.adr, unit * span + words * i + 1)
+        ctx.set(dut.rd_en, 1)
+        rd_addr(ctx, cu, ci)
+        for _ in range(5):
+            await ctx.tick()
+            assert not ctx.get(bus.ack)
+            assert ctx.get(dut.rd_data) == model[cu, ci]
+        ctx.set(dut.rd_en, 0)
+        await ctx.tick()
+        assert ctx.get(bus.ack)
+        assert ctx.get(bus.dat_r) == model[unit, i] >> 32 & 0xFFFFFFFF
+        ctx.set(bus.cyc, 0); ctx.set(bus.stb, 0)
+        await ctx.tick()
+        # Idle control unit: host reads at once, everything back.
+        for (unit, i), v in model.items():
+            for w in range(words):
+                assert await wb_read(ctx, bus, unit * span + words * i + w) == \
+                    (v >> 32 * w & 0xFFFFFFFF, "ack")
+
+    run(dut, bench)
+
+
 def test_plan_refused_and_errors():
     dut = PlanStore(CFG)
     half = dut.span // 4
