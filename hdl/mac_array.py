@@ -141,6 +141,8 @@ class MacArray(wiring.Component):
 
     def __init__(self, config, *, dsp_accumulator=None):
         _check_config(config)
+        if dsp_accumulator is not None and not isinstance(dsp_accumulator, bool):
+            raise TypeError(f"dsp_accumulator must be a bool or None, not {dsp_accumulator!r}")
         self._config = config
         self.dsp_accumulator = dsp_accumulator
         rows, cols = config.rows, config.cols

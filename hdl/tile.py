@@ -65,6 +65,9 @@ class Tile(wiring.Component):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         self.config = config
+        if gmem_ports not in GlobalMemory.PORTS:
+            raise ValueError(f"gmem_ports must be one of {', '.join(GlobalMemory.PORTS)}, "
+                             f"not {gmem_ports!r}")
         self.gmem_ports = gmem_ports
         if store_ports not in ("dual", "shared"):
             raise ValueError(f"store_ports must be dual or shared, not {store_ports!r}")

@@ -110,6 +110,8 @@ def test_config_checked():
     with pytest.raises(ValueError,
                        match=r"config.rows must be at most config.word_bytes \(8\), not 16"):
         MacArray(TileConfig(rows=16))
+    with pytest.raises(TypeError, match=r"dsp_accumulator must be a bool or None, not 1"):
+        MacArray(CFG, dsp_accumulator=1)
     with pytest.raises(ValueError,
                        match=r"config.cols must be at most config.word_bytes \(4\), not 8"):
         MacArray(TileConfig(rows=4, cols=8, word_bytes=4))

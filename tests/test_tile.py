@@ -25,3 +25,13 @@ def dev():
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 def test_scenario(dev, scenario):
     scenario(dev)
+
+
+def test_memory_options_checked():
+    from fusetile.hdl.tile import Tile
+    from wb_helpers import raises_in_constructor
+
+    raises_in_constructor(ValueError, r"gmem_ports must be one of dual, shared, single, "
+                          r"not 'two'", Tile, CONFIG, gmem_ports="two")
+    raises_in_constructor(ValueError, r"store_ports must be dual or shared, not 'single'",
+                          Tile, CONFIG, store_ports="single")
