@@ -78,7 +78,8 @@ class SinglePortRam(wiring.Component):
 
     def __init__(self, width, depth):
         if not isinstance(width, int) or width <= 0 or width % SPRAM_BITS:
-            raise ValueError(f"width must be a positive multiple of {SPRAM_BITS}, not {width!r}")
+            raise ValueError(f"width must be a positive multiple of {SPRAM_BITS}, "
+                             f"not {width!r}")
         if not isinstance(depth, int) or depth <= 0:
             raise ValueError(f"depth must be a positive integer, not {depth!r}")
         self.width = width

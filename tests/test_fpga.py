@@ -191,8 +191,8 @@ def test_board_configuration_runs_the_mlp_bit_exactly(name):
     """The tile a board builds runs a real model in the RTL, outputs equal to the
     golden model's: for the iCEBreaker, a vector unit of one lane for four (every
     REQUANT row and VADD word in four passes), GMEM behind one port, as in its
-    SPRAM, and the instruction stores read through the control unit's port. (The ULX3S builds the default configuration, which the rest of the suite
-    runs.)"""
+    SPRAM, and the instruction stores read through the control unit's port. (The
+    ULX3S builds the default configuration, which the rest of the suite runs.)"""
     import numpy as np
     from fusetile.host.bench import _workload
     from fusetile.host.device import Device
@@ -581,7 +581,7 @@ def test_ice40_pll_agrees_with_icepll(f_out):
 @pytest.mark.timeout(2 * 3600)     # the ULX3S has routed in 40 to 65 minutes
 @pytest.mark.parametrize("name, clock_mhz", [
     pytest.param("ulx3s-85f", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile does not close timing at 100 MHz yet (47 to 49 MHz "
+        strict=True, reason="the tile does not close timing at 100 MHz yet (47 to 50.5 MHz "
                             "after routing): see docs/fpga.md")),
     ("ulx3s-85f", 30),
     pytest.param("icebreaker", None, marks=pytest.mark.xfail(
