@@ -21,7 +21,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from ..kernels.config import TileConfig
 from .pll import Pll, ecp5_pll_params, ice40_pll_params
 from .regmap import ADDR_WIDTH
-from .single_port_ram import check_spram
+from .single_port_ram import check_spram, uses_spram
 from .tile import Tile
 from .uart_bridge import UartBridge
 
@@ -298,10 +298,10 @@ class BoardTop(wiring.Component):
         self.baud = baud
         self.clock_hz = board.clock_hz if clock_hz is None else float(clock_hz)
         self.pll = None
-        if board.gmem_ports == "single" and board.family == "ice40":
-            # Said before anything is elaborated: GMEM must fit the SPRAM.
-            check_spram(self.config.word_bits, self.config.gmem_words,
-                        board.make_platform().device)
+        # Said before anything is elaborated: GMEM built in SPRAM must fit it.
+        platform = board.make_platform()
+        if board.gmem_ports == "single" and uses_spram(platform):
+            check_spram(self.config.word_bits, self.config.gmem_words, platform.device)
         super().__init__({})
 
     def elaborate(self, platform):

@@ -93,11 +93,12 @@ class SinglePortRam(wiring.Component):
         })
 
     def elaborate(self, platform):
-        if uses_spram(platform):
+        in_spram = uses_spram(platform)
+        if in_spram:
             check_spram(self.width, self.depth, platform.device)
         m = Module()
         write = self.we.any()
-        if not uses_spram(platform):
+        if not in_spram:
             m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth, init=[])
             w = mem.write_port(granularity=8)
             r = mem.read_port()

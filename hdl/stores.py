@@ -76,21 +76,33 @@ class _StoreBase(wiring.Component):
         write = access & bus.we
         write_ok = write & in_range & (bus.sel == 0xF) & ~refuse(unit)
 
-        host_read = access & ~bus.we & in_range
-        if self.shared_read:
-            host_read = host_read & ~rd_en      # waits while the control unit reads
         m.d.comb += [
             host_w.addr.eq(mem_addr),
             host_w.data.eq(Cat(bus.dat_w for _ in range(window.instr_words))),
+            rd_data.eq(ctrl_r.data),
         ]
-        if not self.shared_read:
-            m.d.comb += [host_r.addr.eq(mem_addr), host_r.en.eq(host_read)]
         with m.If(write_ok):
             m.d.comb += host_w.en.eq(1 << word)
 
-        ok = Mux(bus.we, write_ok, in_range)
+        host_read = access & ~bus.we & in_range
         if self.shared_read:
-            access = access & ~(~bus.we & in_range & rd_en)     # the read waits
+            # The control unit's port, in the cycles it does not read: a host read
+            # waits (is not answered) while `rd_en` is high.
+            access = access & ~(host_read & rd_en)
+            host_read = host_read & ~rd_en
+            m.d.comb += [
+                ctrl_r.addr.eq(Mux(rd_en, rd_addr, mem_addr)),
+                ctrl_r.en.eq(rd_en | host_read),
+            ]
+        else:
+            m.d.comb += [
+                host_r.addr.eq(mem_addr),
+                host_r.en.eq(host_read),
+                ctrl_r.addr.eq(rd_addr),
+                ctrl_r.en.eq(rd_en),
+            ]
+
+        ok = Mux(bus.we, write_ok, in_range)
         m.d.sync += [
             bus.ack.eq(access & ok),
             bus.err.eq(access & ~ok),
@@ -102,12 +114,6 @@ class _StoreBase(wiring.Component):
         with m.If(access):
             m.d.sync += read_word.eq(word)
         m.d.comb += bus.dat_r.eq(host_r.data.word_select(read_word, 32))
-
-        m.d.comb += [
-            ctrl_r.addr.eq(Mux(rd_en, rd_addr, mem_addr) if self.shared_read else rd_addr),
-            ctrl_r.en.eq(rd_en | host_read if self.shared_read else rd_en),
-            rd_data.eq(ctrl_r.data),
-        ]
 
 
 class PlanStore(_StoreBase):
