@@ -235,6 +235,13 @@ class ControlUnit(wiring.Component):
         guard_flag = Signal(3)
         guard_value = Signal()
         resume_pc = Signal(24)
+        resume_outside = Signal()   # ... and whether plan_pc would be past the bank
+
+        # Whether plan_pc and micro_pc are past their store, registered with them: the
+        # fetch states fault on it, and compared there the test came first on the
+        # path that decides a fault and everything a fault abandons.
+        plan_pc_outside = Signal()
+        micro_pc_outside = Signal()
 
         # The store read ports are addressed one cycle ahead: the cycle that decides
         # the next plan (micro) PC presents it, so the word is out of the block RAM in
@@ -329,12 +336,15 @@ class ControlUnit(wiring.Component):
             with m.If(outside):
                 raise_fault(FaultCause.PLAN_RANGE, target)
             with m.Else():
-                m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
+                m.d.sync += [self.plan_pc.eq(target), plan_pc_outside.eq(0),
+                             state.eq(_State.PLAN_FETCH)]
                 m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_pc.eq(target),
                              self.plan_rd_en.eq(1)]
 
         def micro_next():
-            m.d.sync += [self.micro_pc.eq(next_upc), state.eq(_State.MICRO_FETCH)]
+            m.d.sync += [self.micro_pc.eq(next_upc),
+                         micro_pc_outside.eq(next_upc[:16] >= cfg.slot_depth),
+                         state.eq(_State.MICRO_FETCH)]
             m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_upc.eq(next_upc),
                          self.kern_rd_en.eq(1)]
 
@@ -455,13 +465,14 @@ class ControlUnit(wiring.Component):
                     m.d.comb += self.plan_rd_en.eq(1)
                     m.d.sync += [
                         self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
+                        plan_pc_outside.eq(0),
                         self.exec_bank.eq(self.active_bank), watchdog.eq(0),
                         state.eq(_State.PLAN_FETCH),
                     ]
 
             with m.Case(_State.PLAN_FETCH):
                 m.d.sync += plan_ir.eq(self.plan_rd_data)
-                with m.If(self.plan_pc >= cfg.plan_depth):
+                with m.If(plan_pc_outside):
                     raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
                 with m.Else():
                     m.d.sync += state.eq(_State.PLAN_EXEC)
@@ -492,6 +503,7 @@ class ControlUnit(wiring.Component):
                             m.d.sync += [
                                 self.speculating.eq(1), guard_flag.eq(plan.sel),
                                 guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
+                                resume_outside.eq(plan.a[:16] >= cfg.plan_depth),
                                 self.miss_pc.eq(self.plan_pc),
                             ]
                             plan_goto(goto, goto_outside)
@@ -524,6 +536,7 @@ class ControlUnit(wiring.Component):
                                     part.eq(self.slot_part[plan.sel[:4]]),
                                     arg_a.eq(plan.a), arg_b.eq(plan.b),
                                     self.in_kernel.eq(1), self.micro_pc.eq(0),
+                                    micro_pc_outside.eq(0),
                                     call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
                                     call_cycles.eq(0), call_dma_busy.eq(0),
                                     call_words_in.eq(0), call_words_out.eq(0),
@@ -538,7 +551,7 @@ class ControlUnit(wiring.Component):
 
             with m.Case(_State.MICRO_FETCH):
                 m.d.sync += micro_ir.eq(self.kern_rd_data)
-                with m.If(self.micro_pc >= cfg.slot_depth):
+                with m.If(micro_pc_outside):
                     raise_fault(FaultCause.SLOT_RANGE, self.micro_pc)
                 with m.Else():
                     m.d.sync += state.eq(_State.MICRO_EXEC)
@@ -699,6 +712,7 @@ class ControlUnit(wiring.Component):
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),
                 self.exec_bank.eq(~self.exec_bank), self.plan_pc.eq(resume_pc),
+                plan_pc_outside.eq(resume_outside),
                 state.eq(_State.PLAN_FETCH),
             ]
             abandon()

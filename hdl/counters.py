@@ -212,12 +212,17 @@ class PerfCounters(wiring.Component):
             slot.eq(Mux(reading, req_slot, scan)),
             rp.addr.eq(slot),
         ]
+        # The pending count and stale bit of both candidates, each selected by a
+        # register, then one of them by `reading`: selected by `slot`, the whole
+        # multiplexer came after the request's test.
+        pend_of = Array(pending + [Const(0)] * (slots - len(pending)))
         m.d.sync += [
             s1_slot.eq(slot),
             s1_flush.eq(~reading & (scan < len(in_ram))),
             s1_read.eq(reading),
-            s1_stale.eq(stale.bit_select(slot, 1)),
-            s1_pend.eq(Array(pending + [Const(0)] * (slots - len(pending)))[slot]),
+            s1_stale.eq(Mux(reading, stale.bit_select(req_slot, 1),
+                            stale.bit_select(scan, 1))),
+            s1_pend.eq(Mux(reading, pend_of[req_slot], pend_of[scan])),
             last_read.eq(reading),
         ]
         with m.If(reading):

@@ -142,6 +142,7 @@ class Dma(wiring.Component):
         row = Signal(12)
         col = Signal(12)
         gaddr = Signal(_ADDR_BITS)
+        gmem_oob = Signal()     # gaddr >= gmem_words, worked out as gaddr is set
         saddr = Signal(_ADDR_BITS)
         row_gaddr = Signal(_ADDR_BITS)
         row_saddr = Signal(_ADDR_BITS)
@@ -168,6 +169,12 @@ class Dma(wiring.Component):
                 self.fault_part.eq(part),
             ]
 
+        def set_gaddr(value):
+            # The range check is registered with the address: compared where the
+            # address is used, it came before the engine's decisions in one path.
+            value = value[:len(gaddr)]
+            m.d.sync += [gaddr.eq(value), gmem_oob.eq(value >= cfg.gmem_words)]
+
         def advance():
             m.d.sync += wvalid.eq(1)
             with m.If(col == last_col):
@@ -176,19 +183,18 @@ class Dma(wiring.Component):
                     row.eq(row + 1),
                     row_gaddr.eq(row_gaddr + gmem_stride),
                     row_saddr.eq(row_saddr + spad_stride),
-                    gaddr.eq(row_gaddr + gmem_stride),
                     saddr.eq(row_saddr + spad_stride),
                 ]
+                set_gaddr(row_gaddr + gmem_stride)
                 with m.If(row == last_row):
                     m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [
                     col.eq(col + 1),
-                    gaddr.eq(gaddr + 1),
                     saddr.eq(saddr + 1),
                 ]
+                set_gaddr(gaddr + 1)
 
-        gmem_oob = gaddr >= cfg.gmem_words
         # The scratchpad port has 16-bit offsets; anything wider is outside every
         # partition (lengths are 16-bit).
         spad_oob = saddr[16:] != 0
@@ -214,11 +220,11 @@ class Dma(wiring.Component):
                     last_col.eq(p.cols - 1),
                     row.eq(0),
                     col.eq(0),
-                    gaddr.eq(p.gmem_addr),
                     row_gaddr.eq(p.gmem_addr),
                     saddr.eq(p.spad_addr),
                     row_saddr.eq(p.spad_addr),
                 ]
+                set_gaddr(p.gmem_addr)
 
         with m.Elif(~store):
             # Load. Write stage first: it holds the earlier word, so its fault wins.

@@ -322,6 +322,13 @@ def vector_output_layout(lanes):
     })
 
 
+def _below(a, b):
+    """``a < b`` as the sign of ``a - b``: a carry chain. (Written as a comparison,
+    Yosys' ECP5 flow made some of these a ripple of LUTs, ten levels for 16 bits.)"""
+    diff = a - b
+    return diff[len(diff) - 1]
+
+
 def _max(m, a, b, name):
     return _wire(m, Mux(b > a, b, a), name)
 
@@ -548,24 +555,36 @@ class VectorAlu(wiring.Component):
         a = [s1.a[j] for j in range(lanes)]
         zp_a = s1_regs.zp_a
 
-        # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max.
+        # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max. A lane takes
+        # a pair (u, v), or its own input u (v is then 0 in the sum, u again in the
+        # maximum), and its merge with the accumulator is laid out flat: the sum is (u + v) + (acc + ZP term), two adders side by side and one
+        # after; the maximum compares acc, u and v pairwise at once and selects. (The
+        # pair's sum or maximum, then its merge with acc, one after the other, was the
+        # ULX3S build's worst path.) The ZP term is -2 ZP_A for a pair, -ZP_A for one
+        # input (registered beside s1_regs), and 0 stands in for acc on the first word.
+        neg_zp = _register(m, -self.regs.zp_a, "s1_neg_zp")
+        neg_2zp = _register(m, -2 * self.regs.zp_a, "s1_neg_2zp")
         pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
         pooled = []
         for j in range(lanes):
             if j < half:
-                x0, x1 = a[2 * j], a[2 * j + 1]
-                pair_sum = (x0 - zp_a) + (x1 - zp_a)
-                pair_max = _max(m, x0, x1, f"pair_max{j}")
-                part_sum = Mux(s1.pairs, pair_sum, a[j] - zp_a)
-                part_max = Mux(s1.pairs, pair_max, a[j])
+                u = _wire(m, Mux(s1.pairs, a[2 * j], a[j]), f"pool_u{j}")
+                v = _wire(m, Mux(s1.pairs, a[2 * j + 1], 0), f"pool_v{j}")
+                v_max = _wire(m, Mux(s1.pairs, a[2 * j + 1], a[j]), f"pool_vmax{j}")
+                zp_term = Mux(s1.pairs, neg_2zp, neg_zp)
             else:
-                part_sum = a[j] - zp_a
-                part_max = a[j]
-            part = _wire(m, Mux(s1.average, part_sum, part_max), f"pool_part{j}")
+                u, v, v_max, zp_term = a[j], 0, a[j], neg_zp
             acc = pool[j]
-            acc_max = _max(m, acc, part, f"pool_max{j}")
+            base = _wire(m, Mux(s1.first, 0, acc) + zp_term, f"pool_base{j}")
+            total = _wire(m, (u + v) + base, f"pool_sum{j}")
+            # Below every input, on the first word: the maximum is then u's or v's.
+            acc_m = _wire(m, Mux(s1.first, -(1 << 15), acc), f"pool_acc{j}")
+            acc_wins = _wire(m, ~_below(acc_m, u) & ~_below(acc_m, v_max),
+                             f"pool_acc_wins{j}")
+            biggest = _wire(m, Mux(acc_wins, acc_m, Mux(_below(u, v_max), v_max, u)),
+                            f"pool_max{j}")
             merged = Signal(signed(16), name=f"pooled{j}")
-            m.d.comb += merged.eq(Mux(s1.first, part, Mux(s1.average, acc + part, acc_max)))
+            m.d.comb += merged.eq(Mux(s1.average, total, biggest))
             pooled.append(merged)
         with m.If(s1_valid & (op == VectorOp.VPOOL)):
             m.d.sync += pool.eq(Cat(*pooled))

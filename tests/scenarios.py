@@ -18,7 +18,7 @@ from fusetile.host.transport import BusError
 from fusetile.kernels import arith
 from fusetile.kernels.isa import FaultCause, GmemBase, PlanOp, PlanInstr, CmpOp, VectorCfg
 from fusetile.kernels.program import (call, done, mark, nop, ret, wait, dma_load, dma_store,
-                                      jump, branch, switch, assume, commit, matmul, acc_bias,
+                                      jump, branch, switch, assume, commit, matmul, acc_bias, micro_nop,
                                       requant, vcfg, vcmp, vargmax)
 
 
@@ -199,6 +199,17 @@ def illegal_instructions(dev):
     assert dev.counter("faults") == 3
 
 
+def kernel_runs_off_its_slot(dev):
+    """A kernel without RET stops the tile with SLOT_RANGE past its last instruction."""
+    depth = dev.config.slot_depth
+    dev.set_partition(0, base=0, length=8)
+    dev.load_kernel(0, [micro_nop()] * depth, part=0)
+    err = _fault(dev, [call(0), done()])
+    assert err.cause == FaultCause.SLOT_RANGE and err.in_kernel
+    assert err.micro_pc == depth and err.addr == depth
+    dev.clear_fault()
+
+
 def bank_swap_is_atomic(dev):
     """A swap requested while a plan runs waits for its DONE: the running plan is never
     split, and the active bank cannot be written."""
@@ -324,8 +335,8 @@ def abort(dev):
 
 SCENARIOS = [
     identity, gmem_round_trip, unmapped_address_is_bus_error, dma_kernel, partition_fault,
-    gmem_range_fault, illegal_instructions, bank_swap_is_atomic, slot_protection,
-    counters_freeze_and_clear, trace_fifo, watchdog, abort,
+    gmem_range_fault, illegal_instructions, kernel_runs_off_its_slot, bank_swap_is_atomic,
+    slot_protection, counters_freeze_and_clear, trace_fifo, watchdog, abort,
 ]
 
 
@@ -459,6 +470,16 @@ def speculation_miss_rolls_back(dev):
     status = dev.status()
     assert int(status.active_bank) == home, "the speculative plan stays installed"
     assert not int(status.speculating)
+
+    # A resume PC past the bank faults when the rollback fetches there.
+    past = dev.config.plan_depth + 2
+    _load_speculative(dev, [_plan(PlanOp.ASSUME, sel=0, cond=1, a=past),
+                            _plan(PlanOp.COMMIT), done()], [done()])
+    dev.start()
+    err = _raises(TileFault, dev.wait_done, timeout_cycles=2_000, poll_cycles=16)
+    assert err.cause == FaultCause.PLAN_RANGE and err.addr == past
+    assert int(dev.regs.FAULT_PC.read().plan) == past
+    dev.clear_fault()
 
 
 def speculation_overflow_and_fault_roll_back(dev):
