@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, \
     TraceRecord, FLAGS, INDEX_REGS
+from .compare import at_least
 from .dma_queue import QueuedDmaCommand
 from .compute import ComputeCommand
 from .operands import OperandCheck
@@ -439,14 +440,12 @@ class ControlUnit(wiring.Component):
         check_ends = Signal.like(check.ends)
         with m.If(state != _State.MICRO_EXEC):
             m.d.sync += checked.eq(0)
-        # The slot's partition extent, registered in the scratchpad: CALL sets the slot
-        # two cycles before the first check that uses it (MICRO_FETCH, then the check
-        # cycle), and the extent follows a cycle after the slot.
-        part_limit = self.part_limit
+        # Which operands end outside the slot's partition, registered with the ends.
+        # The extent is registered in the scratchpad: CALL sets the slot two cycles
+        # before the check cycle (MICRO_FETCH between), and the extent follows a cycle
+        # after the slot, so the check cycle compares with the slot's own extent.
         outside = Signal(len(check_used))
         outside_end = Signal(32)    # the end of the first operand outside the partition
-        m.d.comb += outside.eq(Cat(check_used[i] & (check_ends[i] >= part_limit)
-                                   for i in range(len(check_used))))
         for i in reversed(range(len(check_used))):
             with m.If(outside[i]):
                 m.d.comb += outside_end.eq(check_ends[i])
@@ -603,8 +602,13 @@ class ControlUnit(wiring.Component):
                             self.compute_cmd.payload.part.eq(part),
                         ]
                         with m.If(~checked):
-                            m.d.sync += [checked.eq(1), check_illegal.eq(check.illegal),
-                                         check_used.eq(check.used), check_ends.eq(check.ends)]
+                            m.d.sync += [
+                                checked.eq(1), check_illegal.eq(check.illegal),
+                                check_used.eq(check.used), check_ends.eq(check.ends),
+                                outside.eq(Cat(check.used[i] &
+                                               at_least(check.ends[i], self.part_limit)
+                                               for i in range(len(check_used)))),
+                            ]
                         with m.Elif(self.compute_busy):
                             # (not ~compute_cmd.ready: that depends on the abort a
                             # fault raised here would cause)

@@ -39,6 +39,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import CmpOp
+from .compare import below
 
 
 __all__ = [
@@ -322,13 +323,6 @@ def vector_output_layout(lanes):
     })
 
 
-def _below(a, b):
-    """``a < b`` as the sign of ``a - b``: a carry chain. (Written as a comparison,
-    Yosys' ECP5 flow made some of these a ripple of LUTs, ten levels for 16 bits.)"""
-    diff = a - b
-    return diff[len(diff) - 1]
-
-
 def _max(m, a, b, name):
     return _wire(m, Mux(b > a, b, a), name)
 
@@ -579,9 +573,9 @@ class VectorAlu(wiring.Component):
             total = _wire(m, (u + v) + base, f"pool_sum{j}")
             # Below every input, on the first word: the maximum is then u's or v's.
             acc_m = _wire(m, Mux(s1.first, -(1 << 15), acc), f"pool_acc{j}")
-            acc_wins = _wire(m, ~_below(acc_m, u) & ~_below(acc_m, v_max),
+            acc_wins = _wire(m, ~below(acc_m, u) & ~below(acc_m, v_max),
                              f"pool_acc_wins{j}")
-            biggest = _wire(m, Mux(acc_wins, acc_m, Mux(_below(u, v_max), v_max, u)),
+            biggest = _wire(m, Mux(acc_wins, acc_m, Mux(below(u, v_max), v_max, u)),
                             f"pool_max{j}")
             merged = Signal(signed(16), name=f"pooled{j}")
             m.d.comb += merged.eq(Mux(s1.average, total, biggest))
