@@ -1,10 +1,11 @@
 """Comparisons that map to carry chains.
 
-Yosys' ECP5 flow builds some comparisons (``a < b`` on a multiplexed or wide operand,
-``offset >= limit``) as a ripple of LUTs, one level per bit pair or two, where a
-subtraction is always a carry chain: ten LUT levels against one chain for 16 bits, on
-the tile's longest paths (docs/fpga.md, step 24). These helpers write the comparison
-as the sign of a subtraction wide enough not to overflow; the result is the same.
+Yosys' ECP5 flow builds some comparisons as a ripple of LUTs where a subtraction is
+always a carry chain: VPOOL's merge compared a 16-bit accumulator through ten LUT
+levels (docs/fpga.md, step 24). These helpers write the comparison as the sign of a
+subtraction wide enough not to overflow; the result is the same. They pay where the
+comparison starts near registers; inside a larger cone of logic ABC's LUTs can come
+out shorter (the rough model said so for the scratchpad's offset check).
 """
 
 from amaranth.hdl import Value

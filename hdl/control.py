@@ -247,9 +247,11 @@ class ControlUnit(wiring.Component):
         # The store read ports are addressed one cycle ahead: the cycle that decides
         # the next plan (micro) PC presents it, so the word is out of the block RAM in
         # the fetch cycle, which registers it. By default they read the instruction
-        # being executed; plan_goto, micro_next, CALL, START and a miss present the
-        # next one, and only those need the read (`plan_rd_en`, `kern_rd_en`): they are
-        # every way into PLAN_FETCH and MICRO_FETCH, the states that use the word.
+        # being executed; plan_goto, CALL, START and a miss present the next one, and
+        # MICRO_EXEC always the next micro-instruction (a cycle that stalls or faults
+        # does not use the word, and its decision stays off the address). Only the
+        # cycles that go on need the read (`plan_rd_en`, `kern_rd_en`): they are every
+        # way into PLAN_FETCH and MICRO_FETCH, the states that use the word.
         m.d.comb += [
             self.plan_rd_bank.eq(self.exec_bank),
             self.plan_rd_pc.eq(self.plan_pc),
@@ -346,8 +348,7 @@ class ControlUnit(wiring.Component):
             m.d.sync += [self.micro_pc.eq(next_upc),
                          micro_pc_outside.eq(next_upc[:16] >= cfg.slot_depth),
                          state.eq(_State.MICRO_FETCH)]
-            m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_upc.eq(next_upc),
-                         self.kern_rd_en.eq(1)]
+            m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_en.eq(1)]
 
         # An explicit state register rather than m.FSM: faults and misses from any
         # state are one override at the end instead of a check in every state.
@@ -556,6 +557,7 @@ class ControlUnit(wiring.Component):
                     m.d.sync += state.eq(_State.MICRO_EXEC)
 
             with m.Case(_State.MICRO_EXEC):
+                m.d.comb += self.kern_rd_upc.eq(next_upc)
                 with m.Switch(micro.op):
                     with m.Case(MicroOp.NOP):
                         micro_next()
