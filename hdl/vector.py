@@ -551,11 +551,12 @@ class VectorAlu(wiring.Component):
 
         # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max. A lane takes
         # a pair (u, v), or its own input u (v is then 0 in the sum, u again in the
-        # maximum), and its merge with the accumulator is laid out flat: the sum is (u + v) + (acc + ZP term), two adders side by side and one
-        # after; the maximum compares acc, u and v pairwise at once and selects. (The
-        # pair's sum or maximum, then its merge with acc, one after the other, was the
-        # ULX3S build's worst path.) The ZP term is -2 ZP_A for a pair, -ZP_A for one
-        # input (registered beside s1_regs), and 0 stands in for acc on the first word.
+        # maximum), and its merge with the accumulator is laid out flat: the sum is
+        # (u + v) + (acc + ZP term), two adders side by side and one after; the maximum
+        # compares acc, u and v pairwise at once and selects. (The pair's sum or
+        # maximum, then its merge with acc, one after the other, was the ULX3S build's
+        # worst path.) The ZP term is -2 ZP_A for a pair, -ZP_A for one input
+        # (registered beside s1_regs), and 0 stands in for acc on the first word.
         neg_zp = _register(m, -self.regs.zp_a, "s1_neg_zp")
         neg_2zp = _register(m, -2 * self.regs.zp_a, "s1_neg_2zp")
         pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")

@@ -18,8 +18,8 @@ from fusetile.host.transport import BusError
 from fusetile.kernels import arith
 from fusetile.kernels.isa import FaultCause, GmemBase, PlanOp, PlanInstr, CmpOp, VectorCfg
 from fusetile.kernels.program import (call, done, mark, nop, ret, wait, dma_load, dma_store,
-                                      jump, branch, switch, assume, commit, matmul, acc_bias, micro_nop,
-                                      requant, vcfg, vcmp, vargmax)
+                                      jump, branch, switch, assume, commit, matmul, acc_bias,
+                                      micro_nop, requant, vcfg, vcmp, vargmax)
 
 
 __all__ = ["SCENARIOS"]
