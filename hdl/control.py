@@ -236,12 +236,12 @@ class ControlUnit(wiring.Component):
         guard_flag = Signal(3)
         guard_value = Signal()
         resume_pc = Signal(24)
-        resume_outside = Signal()   # ... and whether plan_pc would be past the bank
+        resume_outside = Signal()   # ... and whether it is past the bank
 
-        # Whether plan_pc and micro_pc are past their store, registered with them: the
-        # fetch states fault on it, and compared there the test came first on the
-        # path that decides a fault and everything a fault abandons.
-        plan_pc_outside = Signal()
+        # Whether micro_pc is past the slot, registered with it: MICRO_FETCH faults on
+        # it, and compared there the test came first on the path that decides a fault
+        # and everything a fault abandons. (plan_pc can be past the bank only in the
+        # fetch of a rollback, when it is resume_pc: that test is resume_outside.)
         micro_pc_outside = Signal()
 
         # The store read ports are addressed one cycle ahead: the cycle that decides
@@ -339,8 +339,7 @@ class ControlUnit(wiring.Component):
             with m.If(outside):
                 raise_fault(FaultCause.PLAN_RANGE, target)
             with m.Else():
-                m.d.sync += [self.plan_pc.eq(target), plan_pc_outside.eq(0),
-                             state.eq(_State.PLAN_FETCH)]
+                m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
                 m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_pc.eq(target),
                              self.plan_rd_en.eq(1)]
 
@@ -465,14 +464,13 @@ class ControlUnit(wiring.Component):
                     m.d.comb += self.plan_rd_en.eq(1)
                     m.d.sync += [
                         self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
-                        plan_pc_outside.eq(0),
                         self.exec_bank.eq(self.active_bank), watchdog.eq(0),
                         state.eq(_State.PLAN_FETCH),
                     ]
 
             with m.Case(_State.PLAN_FETCH):
                 m.d.sync += plan_ir.eq(self.plan_rd_data)
-                with m.If(plan_pc_outside):
+                with m.If(rolling_back & resume_outside):
                     raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
                 with m.Else():
                     m.d.sync += state.eq(_State.PLAN_EXEC)
@@ -718,7 +716,6 @@ class ControlUnit(wiring.Component):
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),
                 self.exec_bank.eq(~self.exec_bank), self.plan_pc.eq(resume_pc),
-                plan_pc_outside.eq(resume_outside),
                 state.eq(_State.PLAN_FETCH),
             ]
             abandon()
