@@ -80,6 +80,9 @@ class Board:
         How the host reads the plan banks and kernel slots (:class:`Tile`): ``"dual"``,
         a read port of its own, or ``"shared"``, the control unit's (half the block
         RAMs).
+    trace_width : int
+        Bits of the trace FIFO's memory (:class:`Tile`): 256, a record a word, or down
+        to 64, a record over four cycles in a quarter of the block RAMs.
     description : str
     """
 
@@ -93,6 +96,7 @@ class Board:
     clock_hz: float
     gmem_ports: str
     store_ports: str
+    trace_width: int
     description: str
 
     def make_platform(self):
@@ -135,6 +139,7 @@ BOARDS = {b.name: b for b in (
         clock_hz=100e6,
         gmem_ports="shared",
         store_ports="dual",
+        trace_width=256,
         description="Radiona ULX3S, Lattice ECP5 LFE5U-85F (84k LUT4, 156 MULT18, 208 EBR)",
     ),
     Board(
@@ -152,6 +157,7 @@ BOARDS = {b.name: b for b in (
         clock_hz=24e6,
         gmem_ports="single",
         store_ports="shared",
+        trace_width=64,
         description="1BitSquared iCEBreaker, Lattice iCE40UP5K (5,280 LUT4, 30 EBR, 8 DSP)",
     ),
 )}
@@ -201,7 +207,8 @@ class BoardCore(wiring.Component):
     blink_cycles : int
         How long a UART byte keeps its activity LED lit, in cycles.
     gmem_ports, store_ports : str
-        How GMEM and the instruction stores are built (:class:`Board`).
+    trace_width : int
+        How GMEM, the instruction stores and the trace FIFO are built (:class:`Board`).
 
     Attributes
     ----------
@@ -216,7 +223,8 @@ class BoardCore(wiring.Component):
     """
 
     def __init__(self, config, *, divisor, leds=len(LED_MEANINGS), heartbeat_cycles=1 << 26,
-                 blink_cycles=1 << 20, gmem_ports="shared", store_ports="dual"):
+                 blink_cycles=1 << 20, gmem_ports="shared", store_ports="dual",
+                 trace_width=256):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         if not 0 <= leds <= len(LED_MEANINGS):
@@ -225,6 +233,7 @@ class BoardCore(wiring.Component):
         self.divisor = divisor
         self.gmem_ports = gmem_ports
         self.store_ports = store_ports
+        self.trace_width = trace_width
         self.heartbeat_cycles = heartbeat_cycles
         self.blink_cycles = blink_cycles
         super().__init__({
@@ -241,7 +250,8 @@ class BoardCore(wiring.Component):
         # Amaranth's read-during-write rules end up in flip-flops on the ECP5), or the
         # one port of the iCE40UP's SPRAM.
         m.submodules.tile = tile = Tile(self.config, gmem_ports=self.gmem_ports,
-                                        store_ports=self.store_ports)
+                                        store_ports=self.store_ports,
+                                        trace_width=self.trace_width)
         # A host access to GMEM may wait for a DMA transfer: give it a millisecond-scale
         # bus timeout, not the simulation top's 256 cycles.
         m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
@@ -329,7 +339,7 @@ class BoardTop(wiring.Component):
         f_clk = int(self.pll.f_out)
         m.submodules.core = core = BoardCore(
             self.config, divisor=divisor, leds=b.leds, gmem_ports=b.gmem_ports,
-            store_ports=b.store_ports,
+            store_ports=b.store_ports, trace_width=b.trace_width,
             heartbeat_cycles=f_clk, blink_cycles=f_clk // 50)   # ~1 Hz; 20 ms per byte
         uart = platform.request("uart", 0, dir="-")
         m.d.comb += [

@@ -48,6 +48,10 @@ class Tile(wiring.Component):
         its own) or ``"shared"`` (the control unit's, when it does not fetch: one
         block RAM read port per store; host reads may wait a cycle). See
         :mod:`fusetile.hdl.stores`.
+    trace_width : int
+        Bits of the trace FIFO's memory: 256 (a record a word), 128 or 64 (a record
+        written over two or four cycles, in a half or a quarter of the block RAMs;
+        see :class:`~fusetile.hdl.trace.TraceFifo`).
 
     Attributes
     ----------
@@ -59,7 +63,8 @@ class Tile(wiring.Component):
         ``STATUS`` bits for a board's LEDs.
     """
 
-    def __init__(self, config=None, *, gmem_ports="dual", store_ports="dual"):
+    def __init__(self, config=None, *, gmem_ports="dual", store_ports="dual",
+                 trace_width=256):
         if config is None:
             config = TileConfig()
         if not isinstance(config, TileConfig):
@@ -72,6 +77,10 @@ class Tile(wiring.Component):
         if store_ports not in ("dual", "shared"):
             raise ValueError(f"store_ports must be dual or shared, not {store_ports!r}")
         self.store_ports = store_ports
+        if trace_width not in TraceFifo.WIDTHS:
+            raise ValueError(f"trace_width must be one of "
+                             f"{', '.join(map(str, TraceFifo.WIDTHS))}, not {trace_width!r}")
+        self.trace_width = trace_width
         self.memory_map = tile_memory_map(config)
         super().__init__({
             "bus": In(wishbone.Signature(addr_width=ADDR_WIDTH - 2)),
@@ -95,7 +104,7 @@ class Tile(wiring.Component):
         m.submodules.kernels = kernels = KernelStore(cfg, shared_read=shared)
         m.submodules.control = ctrl = ControlUnit(cfg)
         m.submodules.compute = compute = ComputeUnit(cfg)
-        m.submodules.trace = trace = TraceFifo(cfg.trace_depth)
+        m.submodules.trace = trace = TraceFifo(cfg.trace_depth, width=self.trace_width)
 
         # -- bus fabric -------------------------------------------------------------
         m.submodules.decoder = dec = wishbone.Decoder(addr_width=ADDR_WIDTH - 2)

@@ -1,6 +1,6 @@
 """The trace FIFO: one record per kernel call, drained by the host in bursts."""
 
-from amaranth.hdl import Module, Signal, Array
+from amaranth.hdl import Array, Cat, Const as C, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -12,6 +12,12 @@ from .regmap import TRACE_WORDS
 __all__ = ["TraceFifo", "TRACE_WORDS"]
 
 
+_RECORD_BITS = TraceRecord.as_shape().size
+
+#: The control unit pushes at most one record every this many cycles: a push is a RET
+#: or a call cut short, and the next call's RET or cut is at least a plan fetch, its
+#: CALL and a micro fetch later (``hdl/control.py``). Faster pushes are dropped.
+PUSH_SPACING = 3
 
 
 class TraceFifo(wiring.Component):
@@ -22,20 +28,41 @@ class TraceFifo(wiring.Component):
     a non-incrementing burst of ``level * TRACE_WORDS`` reads drains the FIFO. A record
     pushed while the FIFO is full is dropped and counted: tracing never stalls the tile.
 
-    A pushed record is written the cycle after ``push`` (``push`` and ``record`` are
-    registered, so the control unit's decision to push and the FIFO's pointers are
-    separate paths); a ``clear`` in the cycle of the push drops it, as if the write
-    had been immediate.
+    A pushed record is held in a register and written from the cycle after ``push``
+    (so that the control unit's decision to push and the FIFO's pointers are separate
+    paths); a ``clear`` in the cycle of the push drops it, as if the write had been
+    immediate. It is in ``level`` from that cycle.
+
+    The memory is ``width`` bits wide: a record is ``256 / width`` *beats*, written one
+    per cycle. A block RAM is a fixed number of bits wide (16 on an iCE40), so a
+    record written whole takes as many block RAMs as its width needs whatever the
+    depth (16 on an iCE40, for 16 records that would fit in one), and a narrow one
+    takes ``256 / width`` times fewer. The host cannot overtake the writer: the word
+    it reads next is never in a beat written later than the cycle it is read in.
+
+    The control unit pushes a record at most every :data:`PUSH_SPACING` cycles, and
+    at most every four between calls that return (a RET, the plan fetch, its CALL, a
+    micro fetch, RET again). So four beats a record keep up, and the last beat of a
+    record can still be to write when the next comes (a call cut short at its first
+    fetch): that beat waits in a register of its own, written first, and the new
+    record starts a cycle later. A record that comes while two beats of the one before
+    are still to write is dropped and counted like one that finds the FIFO full. With
+    four beats that takes two calls cut short at their first fetch (a speculative
+    region's miss, then a fault that stops the tile) with nothing but one-instruction
+    kernels between them: the dropped record is the one of the call that stopped the
+    tile, which ``FAULT`` and ``FAULT_PC`` describe.
 
     Parameters
     ----------
     depth : int
         Records held (a power of two).
+    width : int
+        Bits of the memory: 256 (a record per word), 128 or 64.
 
     Attributes
     ----------
     push : In(1)
-        Append ``record`` (written in the next cycle).
+        Append ``record`` (written from the next cycle).
     record : In(TraceRecord)
     read : In(1)
         The host read ``data`` this cycle: advance.
@@ -57,58 +84,116 @@ class TraceFifo(wiring.Component):
     dropped: Out(16)
     clear: In(1)
 
-    def __init__(self, depth):
+    WIDTHS = (256, 128, 64)
+
+    def __init__(self, depth, *, width=256):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two >= 2, not {depth!r}")
+        if width not in self.WIDTHS:
+            raise ValueError(f"width must be one of {', '.join(map(str, self.WIDTHS))}, "
+                             f"not {width!r}")
         self.depth = depth
+        self.width = width
         super().__init__()
 
     def elaborate(self, platform):
         m = Module()
+        beats = _RECORD_BITS // self.width
+        beat_bits = (beats - 1).bit_length()               # a beat's address bits
+        word_beats = self.width // 32                      # record words per beat
         ptr_bits = self.depth.bit_length() - 1
-        m.submodules.mem = mem = Memory(shape=TraceRecord.as_shape().size, depth=self.depth,
-                                        init=[])
+        m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth * beats, init=[])
         wr = mem.write_port()
         rd = mem.read_port(transparent_for=(wr,))
+
+        def address(record, b):
+            """Record ``record``'s beat ``b``: the beats of a record are consecutive."""
+            return Cat(b[:beat_bits], record) if beat_bits else record
 
         head = Signal(ptr_bits)
         tail = Signal(ptr_bits)
         count = Signal(range(self.depth + 1))
         word = Signal(range(TRACE_WORDS))
 
-        pushed = Signal()                                  # push and record, registered
-        pushed_record = Signal.like(self.record)
-        m.d.sync += [pushed.eq(self.push & ~self.clear), pushed_record.eq(self.record)]
-
         empty = count == 0
         full = count == self.depth
-        do_push = pushed & ~full
-        pop = self.read & ~empty & (word == TRACE_WORDS - 1)
-
+        advance = self.read & ~empty
+        pop = advance & (word == TRACE_WORDS - 1)
+        next_word = Signal.like(word)
         m.d.comb += [
-            wr.addr.eq(tail),
-            wr.data.eq(pushed_record.as_value()),
-            wr.en.eq(do_push),
-            # Read the record after the head when popping, so the next record's first
-            # word is ready one cycle later.
-            rd.addr.eq(head + pop),
+            next_word.eq(Mux(advance, Mux(word == TRACE_WORDS - 1, 0, word + 1), word)),
+            # The beat of the word after this one when the host reads, so that it is
+            # ready a cycle later (the record after the head when popping).
+            rd.addr.eq(address(head + pop, next_word >> (word_beats.bit_length() - 1))),
             self.level.eq(count),
         ]
-        words = Array(rd.data[32 * i:32 * (i + 1)] for i in range(TRACE_WORDS))
-        m.d.comb += self.data.eq(words[word] & ~empty.replicate(32))
+        words = Array(rd.data[32 * i:32 * (i + 1)] for i in range(word_beats))
+        m.d.comb += self.data.eq(words[word % word_beats] & ~empty.replicate(32))
+
+        # The record being written: `pending` until its first beat is, then `beat` is
+        # the next beat of record `at` (while `writing`); the last beat of the record
+        # before can wait in `spare`.
+        held = Signal(_RECORD_BITS)
+        held_beats = Array(held[self.width * b:self.width * (b + 1)] for b in range(beats))
+        pending = Signal()
+        writing = Signal()
+        beat = Signal(range(beats))
+        at = Signal(ptr_bits)
+        spare = Signal(self.width)
+        spare_at = Signal(ptr_bits)
+        spare_valid = Signal()
+
+        begin = Signal()
+        with m.If(spare_valid):
+            m.d.comb += [wr.addr.eq(address(spare_at, C(beats - 1, beat_bits))),
+                         wr.data.eq(spare), wr.en.eq(1)]
+            m.d.sync += spare_valid.eq(0)
+        with m.Elif(writing):
+            m.d.comb += [wr.addr.eq(address(at, beat)), wr.data.eq(held_beats[beat]),
+                         wr.en.eq(1)]
+            m.d.sync += beat.eq(beat + 1)
+            with m.If(beat == beats - 1):
+                m.d.sync += writing.eq(0)
+        with m.Elif(pending):
+            m.d.comb += begin.eq(1)
+            m.d.sync += pending.eq(0)
+        do_push = begin & ~full
+        with m.If(do_push):
+            m.d.comb += [wr.addr.eq(address(tail, C(0, beat_bits))),
+                         wr.data.eq(held_beats[0]), wr.en.eq(1)]
+            m.d.sync += at.eq(tail)
+            if beats > 1:
+                m.d.sync += [writing.eq(1), beat.eq(1)]
+
+        # Beats of the record in `held` still to write after this cycle.
+        left = Signal(range(beats + 1))
+        with m.If(pending & ~begin):
+            m.d.comb += left.eq(beats)
+        with m.Elif(do_push):
+            m.d.comb += left.eq(beats - 1)
+        with m.Elif(writing):
+            m.d.comb += left.eq(beats - 1 - beat)
+        rejected = Signal()
+        with m.If(self.push):
+            with m.If(left == 0):
+                m.d.sync += [held.eq(self.record), pending.eq(1)]
+            with m.Elif(left == 1):
+                m.d.sync += [held.eq(self.record), pending.eq(1),
+                             spare.eq(held_beats[beats - 1]), spare_at.eq(Mux(begin, tail, at)),
+                             spare_valid.eq(1), writing.eq(0)]
+            with m.Else():
+                m.d.comb += rejected.eq(1)
 
         with m.If(self.clear):
-            m.d.sync += [head.eq(0), tail.eq(0), count.eq(0), word.eq(0), self.dropped.eq(0)]
+            m.d.sync += [head.eq(0), tail.eq(0), count.eq(0), word.eq(0), self.dropped.eq(0),
+                         pending.eq(0), writing.eq(0), spare_valid.eq(0)]
         with m.Else():
             m.d.sync += [
                 tail.eq(tail + do_push),
                 head.eq(head + pop),
                 count.eq(count + do_push - pop),
+                word.eq(next_word),
             ]
-            with m.If(self.read & ~empty):
-                m.d.sync += word.eq(word + 1)
-                with m.If(word == TRACE_WORDS - 1):
-                    m.d.sync += word.eq(0)
-            with m.If(pushed & full & (self.dropped != 0xFFFF)):
+            with m.If(((begin & full) | rejected) & (self.dropped != 0xFFFF)):
                 m.d.sync += self.dropped.eq(self.dropped + 1)
         return m

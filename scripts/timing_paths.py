@@ -45,7 +45,7 @@ def map_core(board, config, out, script, *, log):
     _, divisor = board.clock_plan(None, DEFAULT_BAUD)
     out.mkdir(parents=True, exist_ok=True)
     core = BoardCore(config, divisor=divisor, leds=board.leds, gmem_ports=board.gmem_ports,
-                     store_ports=board.store_ports)
+                     store_ports=board.store_ports, trace_width=board.trace_width)
     # With the board's platform: what is built for its family (the iCE40UP's SPRAM).
     (out / "core.il").write_text(rtlil.convert(core, name="fusetile",
                                                platform=board.make_platform()))

@@ -100,10 +100,11 @@ def test_model_matches_rtl_in_passes(seed):
 def test_model_matches_rtl_with_the_small_boards_memories(seed):
     """The tile as the iCEBreaker builds it: the instruction stores read through the
     control unit's port only when it fetches (every way into a fetch must ask for
-    the read) and GMEM behind one port."""
+    the read), GMEM behind one port and the trace FIFO written a quarter of a record
+    per cycle (the traces compared too)."""
     from fusetile.hdl.tile import Tile
 
-    top = Tile(SMALL, gmem_ports="single", store_ports="shared")
+    top = Tile(SMALL, gmem_ports="single", store_ports="shared", trace_width=64)
     with open_transport("model", config=SMALL) as model, \
             open_transport("amaranth", config=SMALL, top=top) as rtl:
         model, rtl = Device(model), Device(rtl)

@@ -211,7 +211,8 @@ def test_board_configuration_runs_the_mlp_bit_exactly(name):
     outputs = {}
     board = BOARDS[name]
     tops = {"model": {}, "amaranth": {"top": Tile(config, gmem_ports=board.gmem_ports,
-                                                  store_ports=board.store_ports)}}
+                                                  store_ports=board.store_ports,
+                                                  trace_width=board.trace_width)}}
     for target, top in tops.items():
         with open_transport(target, config=config, **top) as transport:
             dev = Device(transport)

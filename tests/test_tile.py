@@ -35,3 +35,5 @@ def test_memory_options_checked():
                           r"not 'two'", Tile, CONFIG, gmem_ports="two")
     raises_in_constructor(ValueError, r"store_ports must be dual or shared, not 'single'",
                           Tile, CONFIG, store_ports="single")
+    raises_in_constructor(ValueError, r"trace_width must be one of 256, 128, 64, not 32",
+                          Tile, CONFIG, trace_width=32)
