@@ -8,7 +8,6 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, \
     TraceRecord, FLAGS, INDEX_REGS
-from .compare import at_least
 from .dma_queue import QueuedDmaCommand
 from .compute import ComputeCommand
 from .operands import OperandCheck
@@ -433,15 +432,16 @@ class ControlUnit(wiring.Component):
         # and answers in the cycle after: MICRO_EXEC's first, which registers it.
         m.submodules.operand_check = check = OperandCheck(cfg)
         fetched_micro = MicroInstr(self.kern_rd_data)
-        m.d.comb += [check.op.eq(fetched_micro.op), check.args.eq(fetched_micro.args)]
+        m.d.comb += [check.op.eq(fetched_micro.op), check.args.eq(fetched_micro.args),
+                     check.limit.eq(self.part_limit)]
         checked = Signal()          # the instruction in MICRO_EXEC has been checked
         check_illegal = Signal()
         check_used = Signal.like(check.used)
         check_ends = Signal.like(check.ends)
         with m.If(state != _State.MICRO_EXEC):
             m.d.sync += checked.eq(0)
-        # Which operands end outside the slot's partition, registered with the ends.
-        # The extent is registered in the scratchpad: CALL sets the slot two cycles
+        # Which operands end outside the slot's partition (the check's comparison),
+        # registered with the ends. The extent is registered in the scratchpad: CALL sets the slot two cycles
         # before the check cycle (MICRO_FETCH between), and the extent follows a cycle
         # after the slot, so the check cycle compares with the slot's own extent.
         outside = Signal(len(check_used))
@@ -605,9 +605,7 @@ class ControlUnit(wiring.Component):
                             m.d.sync += [
                                 checked.eq(1), check_illegal.eq(check.illegal),
                                 check_used.eq(check.used), check_ends.eq(check.ends),
-                                outside.eq(Cat(check.used[i] &
-                                               at_least(check.ends[i], self.part_limit)
-                                               for i in range(len(check_used)))),
+                                outside.eq(check.outside),
                             ]
                         with m.Elif(self.compute_busy):
                             # (not ~compute_cmd.ready: that depends on the abort a

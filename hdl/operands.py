@@ -6,13 +6,14 @@ so that the control unit can fault on an instruction that would leave its partit
 *before* the compute unit starts it. That is what makes compute faults precise.
 """
 
-from amaranth.hdl import Module, Signal, Mux
+from amaranth.hdl import Cat, Module, Signal, Mux
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import MicroOp, MicroArgs, VectorCfg
 from ..kernels.operands import MAX_OPERANDS
+from .compare import at_least
 
 
 __all__ = ["OperandCheck"]
@@ -36,7 +37,11 @@ class OperandCheck(wiring.Component):
     needs, straight from the word: its base, and either a small extra (``n - 1``, a
     parameter block's last word) or which of the two products it adds (with the
     counts and strides they multiply) and whether the instruction is illegal. The
-    second multiplies and adds, combinationally from those registers.
+    second multiplies and adds, combinationally from those registers, and compares
+    each operand's extent past its base with the room its partition leaves after the
+    base (``limit - base``, worked out beside the multipliers): ``base + extent >=
+    limit`` with the base's adder off the comparison's path (the ULX3S build's worst
+    path was the multiply, both adds and the comparison, one after the other).
 
     Parameters
     ----------
@@ -57,6 +62,10 @@ class OperandCheck(wiring.Component):
     ends : Out(ArrayLayout(32, MAX_OPERANDS))
         The largest partition offset each operand of the instruction of the previous
         cycle touches.
+    limit : In(17)
+        The executing partition's length, in the cycle after the instruction.
+    outside : Out(MAX_OPERANDS)
+        The operands in ``used`` whose end is at or past ``limit``.
     """
 
     def __init__(self, config):
@@ -69,6 +78,8 @@ class OperandCheck(wiring.Component):
             "illegal": Out(1),
             "used": Out(MAX_OPERANDS),
             "ends": Out(data.ArrayLayout(_END_BITS, MAX_OPERANDS)),
+            "limit": In(17),
+            "outside": Out(MAX_OPERANDS),
         })
 
     def elaborate(self, platform):
@@ -149,14 +160,25 @@ class OperandCheck(wiring.Component):
                 m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
                                        max(r.value for r in VectorCfg))
 
-        # Stage 2 (combinational): the products and the ends. An operand adds its
-        # products or its extra, never both, so the two are ORed.
+        # Stage 2 (combinational): the products, each operand's extent past its base
+        # (its products or its extra, never both, so the two are ORed), the ends and
+        # which are outside. (No sum overflows 32 bits: the largest, MATMUL's, is
+        # below (2**16 - 1) * 2**16.)
         product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
         m.d.comb += [product[i].eq(count[i] * stride[i]) for i in range(2)]
+        outside = []
         for i in range(MAX_OPERANDS):
             added = Mux(adds[i][0], product[0], 0) + Mux(adds[i][1], product[1], 0)
-            m.d.comb += self.ends[i].eq(base[i] + (added[:_END_BITS] | extra[i]))
-        m.d.comb += [self.used.eq(used), self.illegal.eq(illegal)]
+            extent = Signal(_END_BITS, name=f"extent{i}")
+            room = Signal(range(-(1 << 16), 1 << 17), name=f"room{i}")
+            m.d.comb += [
+                extent.eq(added[:_END_BITS] | extra[i]),
+                room.eq(self.limit - base[i]),
+                self.ends[i].eq(base[i] + extent),
+            ]
+            outside.append(used[i] & at_least(extent, room))
+        m.d.comb += [self.used.eq(used), self.illegal.eq(illegal),
+                     self.outside.eq(Cat(*outside))]
         return m
 
 

@@ -586,8 +586,8 @@ def test_ice40_pll_agrees_with_icepll(f_out):
                             "after routing): see docs/fpga.md")),
     ("ulx3s-85f", 30),
     pytest.param("icebreaker", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile needs about three times the UP5K's logic cells, "
-                            "1.4 times its block RAMs and 2.75 times its DSPs: see "
+        strict=True, reason="the tile needs about three times the UP5K's logic cells "
+                            "and 2.75 times its DSPs (its block RAMs fit): see "
                             "docs/fpga.md")),
 ])
 def test_bitstream_builds_fits_and_meets_timing(name, clock_mhz, tmp_path):

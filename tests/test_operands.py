@@ -78,8 +78,16 @@ def _random_instructions(rng, count):
 @pytest.mark.parametrize("config", [TileConfig(), TileConfig(rows=4, cols=4, word_bytes=4)],
                          ids=["8x8", "4x4"])
 def test_gateware_matches_reference(config):
+    """Legality, ends and which ends are outside the partition, the partition's limit
+    often at an end or one either side of it (the comparison's edges)."""
     dut = OperandCheck(config)
-    instructions = _random_instructions(random.Random(7), 3000)
+    rng = random.Random(7)
+    instructions = _random_instructions(rng, 3000)
+
+    def limit_for(ends):
+        if ends and rng.random() < 0.7:
+            return max(0, min(rng.choice(ends) + rng.choice((-1, 0, 1)), (1 << 17) - 1))
+        return rng.choice((0, 1 << 16, (1 << 17) - 1, rng.randrange(1 << 17)))
 
     async def bench(ctx):
         for bits, after in zip(instructions, instructions[1:] + instructions[:1]):
@@ -99,6 +107,10 @@ def test_gateware_matches_reference(config):
             assert used == (1 << len(ends)) - 1, (op, f)
             got = [ctx.get(dut.ends[i]) for i in range(MAX_OPERANDS) if used >> i & 1]
             assert got == ends, (op, f)
+            limit = limit_for(ends)
+            ctx.set(dut.limit, limit)
+            outside = sum(1 << i for i, end in enumerate(ends) if end >= limit)
+            assert ctx.get(dut.outside) == outside, (op, f, limit)
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
