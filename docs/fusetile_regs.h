@@ -2,16 +2,16 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 4fd93e620adf7701. */
+ * Generated for hardware profile 34098acadaa50f5f. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
 
 #define FT_MAGIC                                 0x4654494Cu
 #define FT_VERSION_MAJOR                         0
-#define FT_VERSION_MINOR                         2
+#define FT_VERSION_MINOR                         3
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "4fd93e620adf7701"
+#define FT_PROFILE_HASH                          "34098acadaa50f5f"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -29,13 +29,15 @@
 #define FT_CFG_DMA_QUEUE                         4
 #define FT_CFG_SLOT_COUNTERS                     1
 #define FT_CFG_VECTOR_LANES                      8
+#define FT_CFG_BRANCH_COUNTERS                   1
+#define FT_CFG_BANK_COUNTERS                     1
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
-#define FT_VERSION_VALUE                         0x00000200u
+#define FT_VERSION_VALUE                         0x00000300u
 #define FT_HWCFG_ARRAY_VALUE                     0x08080808u
 #define FT_HWCFG_SPAD_VALUE                      0x08040200u
-#define FT_HWCFG_CTRL_VALUE                      0x04D57810u
+#define FT_HWCFG_CTRL_VALUE                      0x34D57810u
 #define FT_HWCFG_GMEM_VALUE                      0x00010000u
 
 /* Regions. */
@@ -93,6 +95,10 @@
 #define FT_HWCFG_CTRL_STAGING_WORDS_LOG2_MASK    0x01E00000u  /* R */
 #define FT_HWCFG_CTRL_DMA_QUEUE_LOG2_SHIFT       25
 #define FT_HWCFG_CTRL_DMA_QUEUE_LOG2_MASK        0x0E000000u  /* R */
+#define FT_HWCFG_CTRL_BRANCH_COUNTERS_SHIFT      28
+#define FT_HWCFG_CTRL_BRANCH_COUNTERS_MASK       0x10000000u  /* R */
+#define FT_HWCFG_CTRL_BANK_COUNTERS_SHIFT        29
+#define FT_HWCFG_CTRL_BANK_COUNTERS_MASK         0x20000000u  /* R */
 
 /* HWCFG_GMEM: Global memory configuration. */
 #define FT_HWCFG_GMEM_ADDR                       0x0014u

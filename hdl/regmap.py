@@ -32,7 +32,7 @@ __all__ = [
 
 
 MAGIC = 0x4654494C                 # "FTIL"
-VERSION = (0, 2, 0)                # (major, minor, patch) of the register map and ISA
+VERSION = (0, 3, 0)                # (major, minor, patch) of the register map and ISA
 
 CSR_BASE  = 0x0000_0000
 CSR_SPAN  = 0x0000_1000
@@ -143,6 +143,10 @@ def tile_memory_map(config):
             Field("slot_counters", 1, R, doc="Per-slot counters are present."),
             Field("staging_words_log2", 4, R, doc="log2(speculation staging words)."),
             Field("dma_queue_log2", 3, R, doc="log2(DMA commands queued)."),
+            Field("branch_counters", 1, R, doc="Per-flag branch counters are present "
+                  "(tiles before register map 0.3 have them and read 0)."),
+            Field("bank_counters", 1, R, doc="Per-bank scratchpad counters are present "
+                  "(tiles before register map 0.3 have them and read 0)."),
         ], "Control configuration."), 0x010, group="identity")
     reg(Register("HWCFG_GMEM", [Field("bytes", 24, R, doc="GMEM size in bytes.")],
                  "Global memory configuration."), 0x014, group="identity")
@@ -245,14 +249,14 @@ def tile_memory_map(config):
                                group=f"slot_counter_{name}", index=s)
 
     stride = 8 * len(BRANCH_COUNTERS)
-    for f in range(FLAGS):
+    for f in range(FLAGS if config.branch_counters else 0):
         for j, (name, doc) in enumerate(BRANCH_COUNTERS):
             mm.add_counter(Counter(f"BRANCH_{name.upper()}[{f}]", doc),
                            BRANCH_COUNTER_BASE + stride * f + 8 * j,
                            group=f"branch_counter_{name}", index=f)
 
     stride = 8 * len(BANK_COUNTERS)
-    for b in range(config.spad_banks):
+    for b in range(config.spad_banks if config.bank_counters else 0):
         for j, (name, doc) in enumerate(BANK_COUNTERS):
             mm.add_counter(Counter(f"BANK_{name.upper()}[{b}]", doc),
                            BANK_COUNTER_BASE + stride * b + 8 * j,
@@ -308,7 +312,9 @@ def hwcfg_values(config):
                            trace_depth_log2=_log2(config.trace_depth),
                            slot_counters=int(config.slot_counters),
                            staging_words_log2=_log2(config.staging_words),
-                           dma_queue_log2=_log2(config.dma_queue)),
+                           dma_queue_log2=_log2(config.dma_queue),
+                           branch_counters=int(config.branch_counters),
+                           bank_counters=int(config.bank_counters)),
         "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes),
     }
 
@@ -334,6 +340,7 @@ def config_from_hwcfg(values):
     array, spad, ctrl, gmem = (view(n) for n in ("HWCFG_ARRAY", "HWCFG_SPAD", "HWCFG_CTRL",
                                                  "HWCFG_GMEM"))
     word_bytes, vector_lanes = int(array.word_bytes), int(array.vector_lanes)
+    before_0_3 = int(version.minor) < 3       # every counter present, the bits 0
     return TileConfig(
         rows=int(array.rows), cols=int(array.cols), word_bytes=word_bytes,
         vector_lanes=None if vector_lanes in (0, word_bytes) else vector_lanes,
@@ -344,5 +351,7 @@ def config_from_hwcfg(values):
         slot_counters=bool(int(ctrl.slot_counters)),
         staging_words=1 << int(ctrl.staging_words_log2),
         dma_queue=1 << int(ctrl.dma_queue_log2),
+        branch_counters=before_0_3 or bool(int(ctrl.branch_counters)),
+        bank_counters=before_0_3 or bool(int(ctrl.bank_counters)),
         gmem_bytes=int(gmem.bytes),
     )

@@ -136,12 +136,14 @@ def _speculation(counters, stats=None):
 def _routes(dev, graph):
     """How often each path of the graph's choice ran, from the tile's branch counters
     (a threshold's BRANCH tests flag 0 and is taken to path 0); None for a SWITCH (no
-    counter: the adaptive runtime's profiler counts those)."""
+    counter: the adaptive runtime's profiler counts those) and on a tile without
+    branch counters."""
     from ..kernels.graph import Select
     sel = next(op for op in graph.ops if isinstance(op, Select))
-    if sel.mode != "threshold":
+    branches = dev.branch_counters()
+    if sel.mode != "threshold" or not branches:
         return None
-    flag0 = dev.branch_counters()[0]
+    flag0 = branches[0]
     return {sel.name: {"0": int(flag0["taken"]), "1": int(flag0["not_taken"])}}
 
 

@@ -436,12 +436,17 @@ class Device:
 
     def bank_counters(self):
         """Per-bank scratchpad counters: a list (index = bank) of {"reads": int,
-        "writes": int}."""
+        "writes": int}. Empty if the tile has no per-bank counters."""
+        if not self.config.bank_counters:
+            return []
         return self._indexed_counters("BANK", regmap.BANK_COUNTERS, self.config.spad_banks)
 
     def branch_counters(self):
         """Per-flag branch counters: a list (index = flag) of {"taken": int,
-        "not_taken": int}, counting the BRANCHes that tested that flag."""
+        "not_taken": int}, counting the BRANCHes that tested that flag. Empty if the
+        tile has no per-flag branch counters."""
+        if not self.config.branch_counters:
+            return []
         return self._indexed_counters("BRANCH", regmap.BRANCH_COUNTERS, FLAGS)
 
     def freeze_counters(self, freeze=True):

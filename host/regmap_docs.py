@@ -262,9 +262,12 @@ def markdown(config=TileConfig()):
             host = f"`{it.name.lower()}`"
             desc = ctr.doc
         w(f"| {lo} | {hi} | `{it.display}` | {host} | {_cell(desc)} |")
-    if not config.slot_counters:
+    missing = [what for what, built in (("per-slot", config.slot_counters),
+                                        ("per-flag branch", config.branch_counters),
+                                        ("per-bank", config.bank_counters)) if not built]
+    if missing:
         w("")
-        w("This configuration has no per-slot counters.")
+        w(f"This configuration has no {' or '.join(missing)} counters.")
     w("")
 
     # Trace record

@@ -52,6 +52,12 @@ class TileConfig:
         DMA commands a kernel can queue ahead of the engine (a power of two).
     slot_counters : bool
         Whether per-slot call and cycle counters are built.
+    branch_counters : bool
+        Whether per-flag BRANCH counters (taken, not taken) are built.
+    bank_counters : bool
+        Whether per-bank scratchpad counters (reads, writes) are built. Each of these
+        three sets of counters is left out on the small boards; the host reads from
+        HWCFG which the tile has.
     vector_lanes : int or None
         Lanes the vector unit scales per cycle: its lane multipliers and requantiser
         (a power of two, at most ``word_bytes``). ``None`` (and ``word_bytes``, which
@@ -84,6 +90,11 @@ class TileConfig:
     dma_queue: int = 4
     slot_counters: bool = True
     vector_lanes: int | None = None
+    branch_counters: bool = True
+    bank_counters: bool = True
+
+    # Parts that are built or not.
+    _SWITCHES = ("slot_counters", "branch_counters", "bank_counters")
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {
@@ -98,9 +109,9 @@ class TileConfig:
     def __post_init__(self):
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "slot_counters":
+            if f.name in self._SWITCHES:
                 if not isinstance(value, bool):
-                    raise TypeError(f"slot_counters must be a bool, not {value!r}")
+                    raise TypeError(f"{f.name} must be a bool, not {value!r}")
                 continue
             if f.name == "vector_lanes" and value is None:
                 continue

@@ -138,13 +138,46 @@ def test_device_discovers_its_config(fake):
 def test_hardware_profile_round_trip_other_config():
     config = TileConfig(rows=4, cols=16, spad_banks=2, spad_bank_words=256, partitions=4,
                         kernel_slots=4, slot_depth=32, plan_depth=64, gmem_bytes=16384,
-                        trace_depth=16, slot_counters=False)
+                        trace_depth=16, slot_counters=False, branch_counters=False,
+                        bank_counters=False)
     dev = Device(FakeTile(config))
     assert dev.config == config
     assert dev.hardware_profile() == config
     assert dev.version() == regmap.VERSION
     assert len(dev.regs.PART) == 4 and len(dev.regs.SLOT) == 4
-    assert dev.slot_counters() == []
+    assert dev.slot_counters() == [] and dev.branch_counters() == [] and \
+        dev.bank_counters() == []
+    assert not any("[" in e.item.name for e in dev.memory_map.counters())   # indexed
+    # One set left out, the others there.
+    config = TileConfig(branch_counters=False)
+    dev = Device(FakeTile(config))
+    assert dev.config == config and dev.branch_counters() == []
+    assert len(dev.bank_counters()) == config.spad_banks
+
+
+def test_counter_sets_of_a_tile_before_register_map_0_3():
+    """A tile before 0.3 reads 0 in HWCFG_CTRL's branch_counters and bank_counters
+    bits, and has both sets of counters."""
+    values = hwcfg_values(TileConfig())
+    mm = tile_memory_map(TileConfig())
+    ctrl = mm["HWCFG_CTRL"].item
+    cleared = ctrl.pack(**{**{f: getattr(ctrl.unpack(values["HWCFG_CTRL"]), f)
+                              for f in ("kernel_slots", "slot_depth_log2", "plan_depth_log2",
+                                        "trace_depth_log2", "slot_counters",
+                                        "staging_words_log2", "dma_queue_log2")},
+                           "branch_counters": 0, "bank_counters": 0})
+    version = mm["VERSION"].item.pack(major=0, minor=2, patch=0)
+    old = values | {"HWCFG_CTRL": cleared, "VERSION": version}
+    assert regmap.config_from_hwcfg(old) == TileConfig()
+    now = values | {"HWCFG_CTRL": cleared}
+    assert regmap.config_from_hwcfg(now) == TileConfig(branch_counters=False,
+                                                       bank_counters=False)
+
+
+def test_config_switches_are_bools():
+    for name in ("slot_counters", "branch_counters", "bank_counters"):
+        with pytest.raises(TypeError, match=f"{name} must be a bool, not 1"):
+            TileConfig(**{name: 1})
 
 
 def test_vector_lanes_round_trip():
