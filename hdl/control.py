@@ -441,9 +441,10 @@ class ControlUnit(wiring.Component):
         with m.If(state != _State.MICRO_EXEC):
             m.d.sync += checked.eq(0)
         # Which operands end outside the slot's partition (the check's comparison),
-        # registered with the ends. The extent is registered in the scratchpad: CALL sets the slot two cycles
-        # before the check cycle (MICRO_FETCH between), and the extent follows a cycle
-        # after the slot, so the check cycle compares with the slot's own extent.
+        # registered with the ends. The extent is registered in the scratchpad: CALL
+        # sets the slot two cycles before the check cycle (MICRO_FETCH between), and
+        # the extent follows a cycle after the slot, so the check cycle compares with
+        # the slot's own extent.
         outside = Signal(len(check_used))
         outside_end = Signal(32)    # the end of the first operand outside the partition
         for i in reversed(range(len(check_used))):

@@ -285,6 +285,8 @@ class Dma(wiring.Component):
             with m.Else():
                 m.d.sync += running.eq(0)       # the last word is written this cycle
 
+        # The store's write, before `abort` cancels it: from registers only.
+        m.d.comb += self.gmem.wclaim.eq(running & store & wvalid)
         with m.If(self.abort):
             m.d.comb += [self.gmem.we.eq(0), self.word_in.eq(0), self.word_out.eq(0)]
             m.d.sync += [

@@ -30,7 +30,8 @@ def _check_config(config):
 class GmemPortSignature(wiring.Signature):
     """The DMA engine's port into GMEM, from the DMA engine's point of view.
 
-    A cycle reads or writes, not both (``re`` and ``we`` are never high together).
+    A cycle reads or writes, not both (``re`` and ``we`` are never high together;
+    ``wclaim`` can be high with ``re``: a write that waits for the read).
     Addresses are not range checked by the memory: the initiator must keep them
     below ``config.gmem_words``.
 
@@ -51,6 +52,13 @@ class GmemPortSignature(wiring.Signature):
     we : Out(1)
         Write ``wdata`` to ``waddr`` this cycle (the whole word).
     wdata : Out(word_bits)
+    wclaim : Out(1)
+        The port may write this cycle: high whenever ``we`` is, worked out from
+        registers, and also in a cycle whose write is cancelled late (an abort). GMEM
+        arbitrates its host's writes against it and steers its write port's address
+        and data by it, so that the host's bus answer and the write data do not wait
+        for the cancel (the ULX3S build's worst path did); only the write enable
+        follows ``we``.
 
     Raises
     ------
@@ -69,6 +77,7 @@ class GmemPortSignature(wiring.Signature):
             "waddr": Out(addr),
             "we":    Out(1),
             "wdata": Out(config.word_bits),
+            "wclaim": Out(1),
         })
 
     def __eq__(self, other):
@@ -166,10 +175,10 @@ class GlobalMemory(wiring.Component):
         if self.ports == "single":
             m.submodules.ram = ram = SinglePortRam(cfg.word_bits, cfg.gmem_words)
             m.d.comb += [
-                go.eq(access & in_range & ~dma.we & ~dma.re),
-                ram.addr.eq(Mux(dma.we, dma.waddr, Mux(dma.re, dma.raddr, word))),
+                go.eq(access & in_range & ~dma.wclaim & ~dma.re),
+                ram.addr.eq(Mux(dma.re, dma.raddr, Mux(dma.wclaim, dma.waddr, word))),
                 ram.re.eq(dma.re | (go & ~bus.we)),
-                ram.wdata.eq(Mux(dma.we, dma.wdata, host_data)),
+                ram.wdata.eq(Mux(dma.wclaim, dma.wdata, host_data)),
                 ram.we.eq(Mux(dma.we, whole_word, Mux(go & bus.we, host_sel, 0))),
                 dma.rdata.eq(ram.rdata),
             ]
@@ -180,11 +189,11 @@ class GlobalMemory(wiring.Component):
             w = mem.write_port(granularity=8)
             r = mem.read_port()
             m.d.comb += [
-                go.eq(access & in_range & Mux(bus.we, ~dma.we, ~dma.re)),
+                go.eq(access & in_range & Mux(bus.we, ~dma.wclaim, ~dma.re)),
                 r.addr.eq(Mux(dma.re, dma.raddr, word)),
                 r.en.eq(dma.re | (go & ~bus.we)),
-                w.addr.eq(Mux(dma.we, dma.waddr, word)),
-                w.data.eq(Mux(dma.we, dma.wdata, host_data)),
+                w.addr.eq(Mux(dma.wclaim, dma.waddr, word)),
+                w.data.eq(Mux(dma.wclaim, dma.wdata, host_data)),
                 w.en.eq(Mux(dma.we, whole_word, Mux(go & bus.we, host_sel, 0))),
                 dma.rdata.eq(r.data),
             ]

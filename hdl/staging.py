@@ -99,12 +99,14 @@ class StagingBuffer(wiring.Component):
             # DMA side reads or writes in a cycle, not both: a DMA read goes first.
             with m.If(~fetched):
                 m.d.sync += fetched.eq(1)
-            with m.Elif(~self.dma.re):
+            with m.Else():
                 m.d.comb += [
                     self.gmem.waddr.eq(rd.data[:addr_bits]),
                     self.gmem.wdata.eq(rd.data[addr_bits:]),
-                    self.gmem.we.eq(1),
+                    self.gmem.wclaim.eq(1),
                 ]
+            with m.If(fetched & ~self.dma.re):
+                m.d.comb += self.gmem.we.eq(1)
                 m.d.sync += [fetched.eq(0), head.eq(head + 1)]
                 with m.If(head == count - 1):
                     m.d.sync += [self.draining.eq(0), count.eq(0), head.eq(0)]
@@ -113,6 +115,7 @@ class StagingBuffer(wiring.Component):
                 self.gmem.waddr.eq(self.dma.waddr),
                 self.gmem.wdata.eq(self.dma.wdata),
                 self.gmem.we.eq(self.dma.we & ~self.speculate),
+                self.gmem.wclaim.eq(self.dma.wclaim & ~self.speculate),
             ]
 
         with m.If(self.publish & ~self.draining & (count != 0)):

@@ -16,7 +16,7 @@ _RECORD_BITS = TraceRecord.as_shape().size
 
 #: The control unit pushes at most one record every this many cycles: a push is a RET
 #: or a call cut short, and the next call's RET or cut is at least a plan fetch, its
-#: CALL and a micro fetch later (``hdl/control.py``). Faster pushes are dropped.
+#: CALL and a micro fetch later (``hdl/control.py``).
 PUSH_SPACING = 3
 
 

@@ -33,9 +33,9 @@ class Harness(Elaboratable):
     as the tile opens the calling slot's.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, gmem_ports="dual"):
         self.dma = Dma(config)
-        self.gmem = GlobalMemory(config)
+        self.gmem = GlobalMemory(config, ports=gmem_ports)
         self.spad = Scratchpad(config)
 
     def elaborate(self, platform):
@@ -524,6 +524,42 @@ def test_abort():
         assert spad[170 + 9:170 + 12] == [0] * 3
         # The engine works normally afterwards.
         assert await issue(ctx, h, cmd(gmem_addr=3, part=2, spad_addr=40)) == (2, 1, 0)
+
+    run(h, bench)
+
+
+@pytest.mark.parametrize("ports", ["shared", "single"])
+def test_abort_of_a_store(ports):
+    """A store aborted while it writes: `wclaim` is high whenever `we` is, and in the
+    abort cycle without it (the write is cancelled after GMEM has steered its port
+    to it); GMEM holds exactly the words written before the abort, whatever its ports."""
+    h = Harness(CFG, gmem_ports=ports)
+
+    async def bench(ctx):
+        await set_partitions(ctx, h, TABLE)
+        await gmem_fill(ctx, h, [0] * GW)
+        await spad_fill(ctx, h, [0x5100 + i for i in range(CFG.spad_words)])
+        ctx.set(h.spad.part, 1)
+        ctx.set(h.dma.cmd.payload, cmd(store=1, gmem_addr=16, gmem_stride=8, part=1,
+                                       spad_addr=0, spad_stride=8, rows=4, cols=8).const)
+        ctx.set(h.dma.cmd.valid, 1)
+        await ctx.tick()
+        ctx.set(h.dma.cmd.valid, 0)
+        written = 0
+        while written < 9:
+            we, claim = ctx.get(h.dma.gmem.we), ctx.get(h.dma.gmem.wclaim)
+            assert we == claim
+            written += we
+            await ctx.tick()
+        assert ctx.get(h.dma.gmem.wclaim)       # the tenth word's write, ...
+        ctx.set(h.dma.abort, 1)
+        assert not ctx.get(h.dma.gmem.we)       # ... cancelled
+        await ctx.tick()
+        ctx.set(h.dma.abort, 0)
+        assert not ctx.get(h.dma.gmem.wclaim) and not ctx.get(h.dma.busy)
+        gmem = await gmem_dump(ctx, h)
+        assert gmem[16:16 + 9] == [0x5140 + i for i in range(9)]
+        assert gmem[16 + 9:16 + 12] == [0] * 3
 
     run(h, bench)
 

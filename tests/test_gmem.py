@@ -120,8 +120,10 @@ def test_little_endian_and_dma_port(ports):
         ctx.set(dut.dma.waddr, 127)
         ctx.set(dut.dma.wdata, 0xCAFEF00D_12345678)
         ctx.set(dut.dma.we, 1)
+        ctx.set(dut.dma.wclaim, 1)
         await ctx.tick()
         ctx.set(dut.dma.we, 0)
+        ctx.set(dut.dma.wclaim, 0)
         assert await wb_read(ctx, dut.bus, 254) == (0x12345678, "ack")
         assert await wb_read(ctx, dut.bus, 255) == (0xCAFEF00D, "ack")
         # A DMA read the cycle after a write sees the new data.
@@ -152,7 +154,9 @@ def test_host_waits_only_for_a_shared_port(ports, write):
             ctx.set(bus.we, host_writes); ctx.set(bus.sel, 0xF)
             ctx.set(bus.dat_w, 0x600DF00D)
             # The DMA side starts in the same cycle as the host's access.
-            ctx.set(dut.dma.we if write else dut.dma.re, 1)
+            dma_side = [dut.dma.we, dut.dma.wclaim] if write else [dut.dma.re]
+            for s in dma_side:
+                ctx.set(s, 1)
             if write:
                 ctx.set(dut.dma.waddr, 1)
             waited = 0
@@ -160,12 +164,14 @@ def test_host_waits_only_for_a_shared_port(ports, write):
                 await ctx.tick()
                 waited += 1
                 if waited == busy:
-                    ctx.set(dut.dma.we if write else dut.dma.re, 0)
+                    for s in dma_side:
+                        ctx.set(s, 0)
                 if ctx.get(bus.ack):
                     break
                 assert waited < 3 * busy
             ctx.set(bus.cyc, 0); ctx.set(bus.stb, 0)
-            ctx.set(dut.dma.we if write else dut.dma.re, 0)
+            for s in dma_side:
+                ctx.set(s, 0)
             same_side = host_writes == write
             waits = ports == "single" or (ports == "shared" and same_side)
             assert waited == (busy + 1 if waits else 1)
@@ -173,6 +179,35 @@ def test_host_waits_only_for_a_shared_port(ports, write):
                 assert ctx.get(bus.dat_r) == 0x600DF00D
             await ctx.tick().repeat(busy)
         assert await wb_read(ctx, bus, 8) == (0x600DF00D, "ack")
+
+    run(dut, bench)
+
+
+@pytest.mark.parametrize("ports", ["shared", "single"])
+def test_cancelled_dma_write_holds_the_host_write_and_writes_nothing(ports):
+    """A DMA write claimed and cancelled (``wclaim`` without ``we``, an abort's cycle):
+    a host write waits for the claim to go, then writes its own data where it asked;
+    the DMA's word is written nowhere."""
+    dut = GlobalMemory(SMALL, ports=ports)
+
+    async def bench(ctx):
+        bus = dut.bus
+        ctx.set(dut.dma.waddr, 3)
+        ctx.set(dut.dma.wdata, 0xBAD0BAD0_BAD0BAD0)
+        ctx.set(dut.dma.wclaim, 1)
+        ctx.set(bus.cyc, 1); ctx.set(bus.stb, 1); ctx.set(bus.adr, 8)
+        ctx.set(bus.we, 1); ctx.set(bus.sel, 0xF); ctx.set(bus.dat_w, 0x600DF00D)
+        for _ in range(3):
+            await ctx.tick()
+            assert not ctx.get(bus.ack)
+        ctx.set(dut.dma.wclaim, 0)
+        await ctx.tick()
+        assert ctx.get(bus.ack)
+        ctx.set(bus.cyc, 0); ctx.set(bus.stb, 0)
+        await ctx.tick()
+        assert await wb_read(ctx, bus, 8) == (0x600DF00D, "ack")
+        assert await wb_read(ctx, bus, 6) == (0, "ack")
+        assert await wb_read(ctx, bus, 7) == (0, "ack")
 
     run(dut, bench)
 

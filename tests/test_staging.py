@@ -19,9 +19,10 @@ def test_publish_waits_for_dma_reads():
 
     async def monitor(ctx):
         cycle = 0
-        async for _, _, we, waddr, wdata, re in ctx.tick().sample(
-                dut.gmem.we, dut.gmem.waddr, dut.gmem.wdata, dut.gmem.re):
+        async for _, _, we, waddr, wdata, re, claim in ctx.tick().sample(
+                dut.gmem.we, dut.gmem.waddr, dut.gmem.wdata, dut.gmem.re, dut.gmem.wclaim):
             if we:
+                assert claim
                 writes.append((cycle, waddr, wdata))
             if re:
                 reading.append(cycle)
