@@ -42,15 +42,16 @@ class TraceFifo(wiring.Component):
 
     The control unit pushes a record at most every :data:`PUSH_SPACING` cycles, and
     at most every four between calls that return (a RET, the plan fetch, its CALL, a
-    micro fetch, RET again). So four beats a record keep up, and the last beat of a
-    record can still be to write when the next comes (a call cut short at its first
-    fetch): that beat waits in a register of its own, written first, and the new
-    record starts a cycle later. A record that comes while two beats of the one before
-    are still to write is dropped and counted like one that finds the FIFO full. With
-    four beats that takes two calls cut short at their first fetch (a speculative
-    region's miss, then a fault that stops the tile) with nothing but one-instruction
-    kernels between them: the dropped record is the one of the call that stopped the
-    tile, which ``FAULT`` and ``FAULT_PC`` describe.
+    micro fetch, RET again). So four beats a record keep up. The register that holds
+    a record is free again once all but its last beat are written (the last one waits
+    in a register of its own and is written next), so a record can come while the
+    last beat of the one before is still to write (a call cut short at its first
+    fetch); the new record then starts a cycle later. A record that comes while two
+    beats of the one before are still to write is dropped and counted like one that
+    finds the FIFO full. With four beats that takes two calls cut short at their first
+    fetch (a speculative region's miss, then a fault that stops the tile) with nothing
+    but one-instruction kernels between them: the dropped record is the one of the
+    call that stopped the tile, which ``FAULT`` and ``FAULT_PC`` describe.
 
     Parameters
     ----------
@@ -131,8 +132,8 @@ class TraceFifo(wiring.Component):
         m.d.comb += self.data.eq(words[word % word_beats] & ~empty.replicate(32))
 
         # The record being written: `pending` until its first beat is, then `beat` is
-        # the next beat of record `at` (while `writing`); the last beat of the record
-        # before can wait in `spare`.
+        # the next beat of record `at` (while `writing`). A record's last beat moves to
+        # `spare` in the cycle that writes the one before it, and is written from there.
         held = Signal(_RECORD_BITS)
         held_beats = Array(held[self.width * b:self.width * (b + 1)] for b in range(beats))
         pending = Signal()
@@ -143,6 +144,22 @@ class TraceFifo(wiring.Component):
         spare_at = Signal(ptr_bits)
         spare_valid = Signal()
 
+        # `held` takes the record in every cycle it is free, so that its enable comes
+        # from registers: the decision to push, late in the cycle, only sets `pending`.
+        # (Taken on `push`, the enable of 256 flip-flops was the ULX3S build's worst
+        # path.) A push while it is not free is the one dropped.
+        free = Signal()
+        if beats == 1:
+            m.d.comb += free.eq(1)              # written whole the cycle after
+        else:
+            m.d.comb += free.eq(~pending & ~(writing & (beat < beats - 2)))
+        with m.If(free):
+            m.d.sync += held.eq(self.record)
+
+        def to_spare(record):
+            m.d.sync += [spare.eq(held_beats[beats - 1]), spare_at.eq(record),
+                         spare_valid.eq(1)]
+
         begin = Signal()
         with m.If(spare_valid):
             m.d.comb += [wr.addr.eq(address(spare_at, C(beats - 1, beat_bits))),
@@ -152,8 +169,9 @@ class TraceFifo(wiring.Component):
             m.d.comb += [wr.addr.eq(address(at, beat)), wr.data.eq(held_beats[beat]),
                          wr.en.eq(1)]
             m.d.sync += beat.eq(beat + 1)
-            with m.If(beat == beats - 1):
+            with m.If(beat == beats - 2):
                 m.d.sync += writing.eq(0)
+                to_spare(at)
         with m.Elif(pending):
             m.d.comb += begin.eq(1)
             m.d.sync += pending.eq(0)
@@ -162,25 +180,15 @@ class TraceFifo(wiring.Component):
             m.d.comb += [wr.addr.eq(address(tail, C(0, beat_bits))),
                          wr.data.eq(held_beats[0]), wr.en.eq(1)]
             m.d.sync += at.eq(tail)
-            if beats > 1:
+            if beats == 2:
+                to_spare(tail)
+            elif beats > 2:
                 m.d.sync += [writing.eq(1), beat.eq(1)]
 
-        # Beats of the record in `held` still to write after this cycle.
-        left = Signal(range(beats + 1))
-        with m.If(pending & ~begin):
-            m.d.comb += left.eq(beats)
-        with m.Elif(do_push):
-            m.d.comb += left.eq(beats - 1)
-        with m.Elif(writing):
-            m.d.comb += left.eq(beats - 1 - beat)
         rejected = Signal()
         with m.If(self.push):
-            with m.If(left == 0):
-                m.d.sync += [held.eq(self.record), pending.eq(1)]
-            with m.Elif(left == 1):
-                m.d.sync += [held.eq(self.record), pending.eq(1),
-                             spare.eq(held_beats[beats - 1]), spare_at.eq(Mux(begin, tail, at)),
-                             spare_valid.eq(1), writing.eq(0)]
+            with m.If(free):
+                m.d.sync += pending.eq(1)
             with m.Else():
                 m.d.comb += rejected.eq(1)
 
