@@ -240,27 +240,21 @@ def tile_memory_map(config):
     # -- performance counters -----------------------------------------------------
     for i, (name, doc) in enumerate(COUNTERS):
         mm.add_counter(Counter(name.upper(), doc), COUNTER_BASE + 8 * i, group="counter", index=i)
-    if config.slot_counters:
-        stride = 8 * len(SLOT_COUNTERS)
-        for s in range(config.kernel_slots):
-            for j, (name, doc) in enumerate(SLOT_COUNTERS):
-                mm.add_counter(Counter(f"SLOT_{name.upper()}[{s}]", doc),
-                               SLOT_COUNTER_BASE + stride * s + 8 * j,
-                               group=f"slot_counter_{name}", index=s)
-
-    stride = 8 * len(BRANCH_COUNTERS)
-    for f in range(FLAGS if config.branch_counters else 0):
-        for j, (name, doc) in enumerate(BRANCH_COUNTERS):
-            mm.add_counter(Counter(f"BRANCH_{name.upper()}[{f}]", doc),
-                           BRANCH_COUNTER_BASE + stride * f + 8 * j,
-                           group=f"branch_counter_{name}", index=f)
-
-    stride = 8 * len(BANK_COUNTERS)
-    for b in range(config.spad_banks if config.bank_counters else 0):
-        for j, (name, doc) in enumerate(BANK_COUNTERS):
-            mm.add_counter(Counter(f"BANK_{name.upper()}[{b}]", doc),
-                           BANK_COUNTER_BASE + stride * b + 8 * j,
-                           group=f"bank_counter_{name}", index=b)
+    # The indexed sets, each built or not: SLOT_CALLS[i], BRANCH_TAKEN[f], BANK_READS[b]...
+    for prefix, names, count, base, built in (
+            ("SLOT", SLOT_COUNTERS, config.kernel_slots, SLOT_COUNTER_BASE,
+             config.slot_counters),
+            ("BRANCH", BRANCH_COUNTERS, FLAGS, BRANCH_COUNTER_BASE, config.branch_counters),
+            ("BANK", BANK_COUNTERS, config.spad_banks, BANK_COUNTER_BASE,
+             config.bank_counters)):
+        if not built:
+            continue
+        stride = 8 * len(names)
+        for i in range(count):
+            for j, (name, doc) in enumerate(names):
+                mm.add_counter(Counter(f"{prefix}_{name.upper()}[{i}]", doc),
+                               base + stride * i + 8 * j,
+                               group=f"{prefix.lower()}_counter_{name}", index=i)
 
     # -- memory windows -----------------------------------------------------------
     plan_bytes = config.plan_depth * PLAN_INSTR_BITS // 8

@@ -304,15 +304,17 @@ class Tile(wiring.Component):
                 increments[f"SLOT_CALLS[{s}]"] = ev.call_done & (ctrl.slot == s)
                 increments[f"SLOT_CYCLES[{s}]"] = ctrl.in_kernel & (ctrl.slot == s)
             assert {n for n, _ in SLOT_COUNTERS} == {"calls", "cycles"}
-        for f_ in range(FLAGS if cfg.branch_counters else 0):
-            on_flag = ev.branch & (ev.flag == f_)
-            increments[f"BRANCH_TAKEN[{f_}]"] = on_flag & ev.taken
-            increments[f"BRANCH_NOT_TAKEN[{f_}]"] = on_flag & ~ev.taken
-        assert {n for n, _ in BRANCH_COUNTERS} == {"taken", "not_taken"}
-        for b in range(cfg.spad_banks if cfg.bank_counters else 0):
-            increments[f"BANK_READS[{b}]"] = spad.bank_reads[b]
-            increments[f"BANK_WRITES[{b}]"] = spad.bank_writes[b]
-        assert {n for n, _ in BANK_COUNTERS} == {"reads", "writes"}
+        if cfg.branch_counters:
+            for f_ in range(FLAGS):
+                on_flag = ev.branch & (ev.flag == f_)
+                increments[f"BRANCH_TAKEN[{f_}]"] = on_flag & ev.taken
+                increments[f"BRANCH_NOT_TAKEN[{f_}]"] = on_flag & ~ev.taken
+            assert {n for n, _ in BRANCH_COUNTERS} == {"taken", "not_taken"}
+        if cfg.bank_counters:
+            for b in range(cfg.spad_banks):
+                increments[f"BANK_READS[{b}]"] = spad.bank_reads[b]
+                increments[f"BANK_WRITES[{b}]"] = spad.bank_writes[b]
+            assert {n for n, _ in BANK_COUNTERS} == {"reads", "writes"}
 
         names = csr.counter_names
         assert set(names) == set(increments)

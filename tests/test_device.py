@@ -161,11 +161,9 @@ def test_counter_sets_of_a_tile_before_register_map_0_3():
     values = hwcfg_values(TileConfig())
     mm = tile_memory_map(TileConfig())
     ctrl = mm["HWCFG_CTRL"].item
-    cleared = ctrl.pack(**{**{f: getattr(ctrl.unpack(values["HWCFG_CTRL"]), f)
-                              for f in ("kernel_slots", "slot_depth_log2", "plan_depth_log2",
-                                        "trace_depth_log2", "slot_counters",
-                                        "staging_words_log2", "dma_queue_log2")},
-                           "branch_counters": 0, "bank_counters": 0})
+    fields = ctrl.unpack(values["HWCFG_CTRL"])
+    cleared = ctrl.pack(**{f.name: getattr(fields, f.name) for f in ctrl.fields} |
+                        {"branch_counters": 0, "bank_counters": 0})
     version = mm["VERSION"].item.pack(major=0, minor=2, patch=0)
     old = values | {"HWCFG_CTRL": cleared, "VERSION": version}
     assert regmap.config_from_hwcfg(old) == TileConfig()
