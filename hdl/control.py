@@ -100,9 +100,13 @@ class ControlUnit(wiring.Component):
     dma_outstanding : In(DMA_TOKENS)
         Tokens with a queued or running DMA.
     compute_cmd : Out(stream.Signature(ComputeCommand))
-        Compute micro-instructions (MATMUL, vector ops), to the compute unit.
+        Compute micro-instructions (MATMUL, vector ops), to the compute unit, from a
+        register: ``valid`` and ``payload`` are flip-flops, set the cycle after the
+        instruction issues and kept until ``ready``.
     compute_busy : In(1)
-        The compute unit is executing (WAIT with ``compute`` and RET wait for it).
+        The compute unit is executing. Registered here: a compute instruction issues,
+        and WAIT with ``compute`` and RET go on, only when the command register is
+        empty and ``compute_busy`` was low in the cycle before.
     part_limit : In(17)
         The number of offsets inside the executing slot's partition (the scratchpad's
         ``limit``, registered there), for the operand check of compute
@@ -450,6 +454,42 @@ class ControlUnit(wiring.Component):
         for i in reversed(range(len(check_used))):
             with m.If(outside[i]):
                 m.d.comb += outside_end.eq(check_ends[i])
+        # -- the compute unit's command register ------------------------------------------
+        # A compute micro-instruction goes to the compute unit through a register, and
+        # the sequencer sees the unit's `busy` through one: neither way is combinational
+        # between the two units (the unit's command decode starts at flip-flops, and
+        # the sequencer's decisions, and the fault and miss decisions after them, do
+        # not wait for the unit's completion logic). A compute instruction issues, and
+        # WAIT with `compute` and RET go on, only when the register is empty and the
+        # unit was idle the cycle before (`compute_pending` low), so the unit is idle
+        # when it takes the command, the cycle after the issue: as before, an issued
+        # instruction's predecessor has completed.
+        cmd_valid = Signal()
+        cmd_payload = Signal.like(self.compute_cmd.payload)
+        issue_compute = Signal()
+        busy_seen = Signal()
+        compute_pending = Signal()      # a command in the register or being executed
+        cmd_taken = Signal()
+        m.d.comb += [
+            self.compute_cmd.valid.eq(cmd_valid),
+            self.compute_cmd.payload.eq(cmd_payload),
+            cmd_taken.eq(cmd_valid & self.compute_cmd.ready),
+            compute_pending.eq(cmd_valid | busy_seen),
+        ]
+        # The payload follows the instruction in MICRO_EXEC while the register is free,
+        # so its enable does not wait for the issue decision.
+        with m.If(~cmd_valid):
+            m.d.sync += [cmd_payload.op.eq(micro.op), cmd_payload.args.eq(micro.args),
+                         cmd_payload.part.eq(part)]
+        with m.If(cmd_taken):
+            m.d.sync += cmd_valid.eq(0)
+        with m.If(issue_compute):
+            m.d.sync += cmd_valid.eq(1)
+        # (dma_abort also aborts the compute unit: the register is emptied with it.)
+        with m.If(self.dma_abort):
+            m.d.sync += cmd_valid.eq(0)
+        m.d.sync += busy_seen.eq((self.compute_busy | cmd_taken) & ~self.dma_abort)
+
         miss = Signal()
         rolling_back = Signal()     # from a miss until the fallback's first instruction
         with m.If(state == _State.PLAN_EXEC):
@@ -597,43 +637,34 @@ class ControlUnit(wiring.Component):
                         # still busy with the previous instruction; an instruction that
                         # fails its check faults when it would issue, so everything
                         # before it has completed and nothing of it has happened.
-                        m.d.comb += [
-                            self.compute_cmd.payload.op.eq(micro.op),
-                            self.compute_cmd.payload.args.eq(micro.args),
-                            self.compute_cmd.payload.part.eq(part),
-                        ]
                         with m.If(~checked):
                             m.d.sync += [
                                 checked.eq(1), check_illegal.eq(check.illegal),
                                 check_used.eq(check.used), check_ends.eq(check.ends),
                                 outside.eq(check.outside),
                             ]
-                        with m.Elif(self.compute_busy):
-                            # (not ~compute_cmd.ready: that depends on the abort a
-                            # fault raised here would cause)
+                        with m.Elif(compute_pending):
                             m.d.comb += self.events.stall_compute.eq(1)
                         with m.Elif(check_illegal):
                             raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
                         with m.Elif(outside.any()):
                             raise_fault(FaultCause.PARTITION, outside_end, part)
                         with m.Else():
-                            # (a nested If: `fault` depends on the Elifs above)
-                            with m.If(~fault):
-                                m.d.comb += self.compute_cmd.valid.eq(1)
-                                micro_next()
+                            m.d.comb += issue_compute.eq(1)
+                            micro_next()
                     with m.Case(MicroOp.WAIT):
                         tokens = micro.args.wait.tokens
                         on_compute = micro.args.wait.compute
                         # Plain WAIT (no tokens, no compute) waits for every DMA.
                         mask = Mux((tokens == 0) & ~on_compute, 0b1111, tokens)
-                        with m.If(on_compute & self.compute_busy):
+                        with m.If(on_compute & compute_pending):
                             m.d.comb += self.events.stall_compute.eq(1)
                         with m.Elif((self.dma_outstanding & mask) != 0):
                             m.d.comb += self.events.stall_dma.eq(1)
                         with m.Else():
                             micro_next()
                     with m.Case(MicroOp.RET):
-                        with m.If(self.compute_busy):
+                        with m.If(compute_pending):
                             m.d.comb += self.events.stall_compute.eq(1)
                         with m.Elif(self.dma_outstanding != 0):
                             m.d.comb += self.events.stall_dma.eq(1)
@@ -697,7 +728,7 @@ class ControlUnit(wiring.Component):
                 self.events.call_done.eq(0),
                 self.events.spec_hit.eq(0),
                 self.dma_push.valid.eq(0),
-                self.compute_cmd.valid.eq(0),
+                issue_compute.eq(0),
                 self.staging_publish.eq(0),
                 self.trace_push.eq(self.in_kernel),
                 record.faulted.eq(1),

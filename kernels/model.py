@@ -34,11 +34,13 @@ DMA fault) match the RTL:
 
 *Estimated* (the compute micro-instructions; the RTL's sequencing of the MAC array and
 the vector unit may differ): the compute unit runs beside the sequencer, as the DMA
-engine does. A compute micro-instruction issues when the unit is idle (else the
-sequencer stalls, counted in ``stall_compute``), takes effect at once (all of it, in
-its issue cycle), retires in 3 cycles (fetch, check, issue) and keeps the unit
-busy for the next ``extra`` cycles; ``WAIT`` with ``compute`` and ``RET`` wait for the
-unit to be idle:
+engine does, through a command register (as in the RTL), and the sequencer sees the
+unit's busy a cycle late. A compute micro-instruction issues when the register is empty
+and the unit was idle the cycle before (else the sequencer stalls, counted in
+``stall_compute``), retires in 3 cycles (fetch, check, issue) and goes into the
+register; the unit takes it the next cycle, when it takes effect at once (all of it),
+and is busy for the next ``extra`` cycles. ``WAIT`` with ``compute`` and ``RET`` wait
+as an issue does:
 
 =========  ====================================================  ========
 op         busy cycles (``extra``)                               unit
@@ -181,12 +183,6 @@ class FaultRecord:
     micro_pc: int = 0
     addr: int = 0
 
-
-class _Fault(Exception):
-    """Raised inside an instruction's execution: (cause, addr, part)."""
-
-    def __init__(self, cause, addr=0, part=0):
-        self.cause, self.addr, self.part = cause, addr & _MASK32, part
 
 
 @dataclass
@@ -334,6 +330,8 @@ class TileModel:
         self.arg_a = self.arg_b = 0
         self.part = 0
         self._compute_left = 0       # cycles the compute unit stays busy
+        self._compute_cmd = None     # the command register: (op, fields) or None
+        self._busy_seen = 0          # the unit's busy, as the sequencer sees it (registered)
         self._pending_flag = None    # (flag, value) a VCMP (or a VARGMAX with test)
                                      # writes in its last busy cycle
         self._checked = 0            # the compute instruction in MICRO_EXEC passed its check
@@ -662,6 +660,7 @@ class TileModel:
         trace_nonempty = bool(self.trace)
         compute_busy = self._compute_left > 0
         unit_busy = self._compute_unit if compute_busy else None
+        compute_pending = self._compute_cmd is not None or self._busy_seen
 
         ev = _Events()
         tr = {}                 # the sequencer's state changes, unless a fault/miss wins
@@ -808,14 +807,14 @@ class TileModel:
             elif op == MicroOp.WAIT:
                 on_compute = f.get("compute", 0)
                 mask = f["tokens"] or (0 if on_compute else (1 << DMA_TOKENS) - 1)
-                if on_compute and compute_busy:
+                if on_compute and compute_pending:
                     ev.stall_compute = 1
                 elif outstanding & mask:
                     ev.stall_dma = 1
                 else:
                     micro_next()
             elif op == MicroOp.RET:
-                if compute_busy:
+                if compute_pending:
                     ev.stall_compute = 1
                 elif outstanding:
                     ev.stall_dma = 1
@@ -829,18 +828,12 @@ class TileModel:
                 if not self._checked:
                     # Its first cycle checks the operands (registered, as in the RTL).
                     tr["_checked"] = 1
-                elif compute_busy and op != MicroOp.VCFG:
+                elif compute_pending:
                     ev.stall_compute = 1
                 else:
-                    try:
-                        extra, unit, flag = self._execute(op, f, bits)
-                        if flag is not None:
-                            self._pending_flag = flag
-                    except _Fault as e:
-                        seq_fault = (e.cause, e.addr, e.part)
-                    else:
-                        if extra:
-                            compute_issue = (extra, unit)
+                    seq_fault = self._check(op, f, bits)
+                    if seq_fault is None:
+                        compute_issue = (op, f)
                         micro_next()
             else:
                 seq_fault = (FaultCause.ILLEGAL_MICRO, bits & _MASK32, 0)
@@ -945,15 +938,28 @@ class TileModel:
         if running:
             self.watchdog += 1
 
-        # The compute unit: aborted with the kernel on a fault or a miss.
+        # The compute unit: aborted with the kernel on a fault or a miss. It takes the
+        # command register's command in a cycle it is idle (all of the command's
+        # effects then); an instruction issued this cycle is in the register next.
         if stop or miss:
             self._compute_left = 0
             self._pending_flag = None
+            self._compute_cmd = None
+            self._busy_seen = 0
         else:
+            taken = self._compute_cmd is not None and not compute_busy
+            self._busy_seen = int(compute_busy or taken)
             if self._compute_left:
                 self._compute_left -= 1
+            if taken:
+                extra, unit, flag = self._execute(*self._compute_cmd)
+                self._compute_cmd = None
+                if flag is not None:
+                    self._pending_flag = flag
+                if extra:
+                    self._compute_left, self._compute_unit = extra, unit
             if compute_issue is not None:
-                self._compute_left, self._compute_unit = compute_issue
+                self._compute_cmd = compute_issue
 
         # The staging buffer drains one word per two cycles after a COMMIT hit.
         if self._draining and not publish:
@@ -1056,7 +1062,8 @@ class TileModel:
             return 0
         c = self.now
         if self.state in (_IDLE, _FAULT):
-            if self.swap_pending or self._compute_left or self._engine is not None and \
+            if self.swap_pending or self._compute_left or self._busy_seen or \
+                    self._compute_cmd is not None or self._engine is not None and \
                     (self._in_engine or self._out is not None):
                 return 0
             return n
@@ -1077,9 +1084,11 @@ class TileModel:
         elif self._out is not None:
             return 0
         if self._compute_left:
-            # The stall may change its cause, or end, when the unit goes idle; a pending
-            # flag lands in its last busy cycle.
+            # The stall may change its cause, or end, when the unit goes idle (and takes
+            # a command from the register); a pending flag lands in its last busy cycle.
             limit = min(limit, self._compute_left - (self._pending_flag is not None))
+        elif self._busy_seen or self._compute_cmd is not None:
+            return 0
         if self._stall_cause() is None:
             return 0
         return max(0, limit)
@@ -1088,20 +1097,20 @@ class TileModel:
         """The counter the sequencer's current stall counts in, or ``None`` if the
         micro-instruction in MICRO_EXEC would not stall this cycle."""
         op, f = decode_micro(self.kernels[self.slot][self.micro_pc])
-        compute_busy = self._compute_left > 0
+        pending = self._compute_cmd is not None or self._busy_seen
         outstanding = any(self._tokens)
         if op == MicroOp.RET:
-            return "stall_compute" if compute_busy else "stall_dma" if outstanding else None
+            return "stall_compute" if pending else "stall_dma" if outstanding else None
         if op == MicroOp.WAIT:
-            if f["compute"] and compute_busy:
+            if f["compute"] and pending:
                 return "stall_compute"
             mask = f["tokens"] or (0 if f["compute"] else 0xF)
             return "stall_dma" if any(self._tokens[i] for i in range(DMA_TOKENS)
                                       if mask >> i & 1) else None
         if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
             return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
-        if op in _COMPUTE_OPS and op != MicroOp.VCFG:
-            return "stall_compute" if compute_busy and self._checked else None
+        if op in _COMPUTE_OPS:
+            return "stall_compute" if pending and self._checked else None
         return None
 
     def _skip(self, k):
@@ -1118,6 +1127,7 @@ class TileModel:
         stall = self._stall_cause() if self.state == _MICRO_EXEC else None
         if self._compute_left:
             self._compute_left -= k
+            self._busy_seen = 1
             if count:
                 self.counters[unit] += k
         if self.state == _MICRO_EXEC:
@@ -1177,19 +1187,25 @@ class TileModel:
         if not self.freeze:
             self.counters["saturations"] += int(np.count_nonzero(sat))
 
-    def _execute(self, op, f, bits):
-        """Execute a compute micro-instruction. Returns (extra cycles, unit counter name
-        or None, flag write (flag, value) or None); raises _Fault, having done nothing,
-        if an operand is illegal or does not fit in the partition."""
+    def _check(self, op, f, bits):
+        """The operand check of a compute micro-instruction: ``None``, or the fault
+        (cause, address, partition) if an operand is illegal or does not fit in the
+        calling slot's partition."""
+        if illegal_operands(op, f, self.config):
+            return FaultCause.ILLEGAL_MICRO, bits & _MASK32, 0
+        limit = self._part_limit()
+        for end in operand_ends(op, f, self.config):
+            if end >= limit:
+                return FaultCause.PARTITION, end & _MASK32, self.part
+        return None
+
+    def _execute(self, op, f):
+        """Execute a compute micro-instruction that passed its check (:meth:`_check`).
+        Returns (extra cycles, unit counter name or None, flag write (flag, value) or
+        None)."""
         cfg = self.config
         R, C, wb = cfg.rows, cfg.cols, self.wb
         P = cfg.vector_passes
-        if illegal_operands(op, f, cfg):
-            raise _Fault(FaultCause.ILLEGAL_MICRO, bits)
-        limit = self._part_limit()
-        for end in operand_ends(op, f, cfg):
-            if end >= limit:
-                raise _Fault(FaultCause.PARTITION, end, self.part)
 
         if op == MicroOp.MATMUL:
             k = f["k"]
