@@ -65,7 +65,7 @@ class ComputeUnit(wiring.Component):
     Semantics are those of ``docs/isa.md`` / :mod:`fusetile.kernels.isa`, bit-exact
     against :mod:`fusetile.kernels.arith`.
 
-    *Commands.* ``cmd.ready`` = ``~busy & ~fault & ~abort``: one command is executed at
+    *Commands.* ``cmd.ready`` = ``~busy & ~fault``: one command is executed at
     a time, and the next one may be accepted in the cycle ``busy`` falls. ``busy`` is
     high from the cycle after a command is accepted until (excluding) the first cycle in
     which all its effects are visible: the last result written, the MAC pipeline drained (ACC holds
@@ -129,7 +129,10 @@ class ComputeUnit(wiring.Component):
     by :attr:`Scratchpad.abort`, wired to the same signal; the MAC array is aborted
     too: ACC keeps the steps already added and the one being added), clears the fault
     and makes the unit idle; results still in the vector pipelines are discarded, so a
-    command may be accepted the next cycle.
+    command may be accepted the next cycle. A command accepted in the cycle of an
+    ``abort`` is dropped with it; only a VCFG's register is written by then (``ready``
+    does not wait for ``abort``, which comes late in the cycle: in the tile it is the
+    fault and miss decision).
 
     *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command. ``a.we`` and ``b.we``
     are 0, ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``
@@ -605,7 +608,7 @@ class ComputeUnit(wiring.Component):
 
         # -- acceptance -----------------------------------------------------------------
         # The next command may be accepted in the last cycle of the previous one.
-        m.d.comb += self.cmd.ready.eq(~self.busy & ~self.fault & ~self.abort)
+        m.d.comb += self.cmd.ready.eq(~self.busy & ~self.fault)
         p = self.cmd.payload
         pa = p.args
 

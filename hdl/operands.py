@@ -97,31 +97,32 @@ class OperandCheck(wiring.Component):
         adds = [Signal(2, name=f"adds{i}") for i in range(MAX_OPERANDS)]   # bit k: product k
         used, illegal = Signal.like(self.used), Signal()
 
-        def spans(*operands):
+        def spans(*operands, n=None):
             """Operands, in order: (base, extra) or (base, products added); marks them
-            used."""
+            used (with ``n``: if it is not 0)."""
             for i, (addr, plus) in enumerate(operands):
                 m.d.sync += base[i].eq(addr)
                 if isinstance(plus, _Products):
                     m.d.sync += adds[i].eq(plus.mask)
                 else:
                     m.d.sync += extra[i].eq(plus)
-            m.d.sync += used.eq((1 << len(operands)) - 1)
-
-        def nonzero(n, *operands):
-            with m.If(n != 0):
-                spans(*operands)
+            mask = (1 << len(operands)) - 1
+            m.d.sync += used.eq(mask if n is None else Mux(n != 0, mask, 0))
 
         p0, p1, both = _Products(0b01), _Products(0b10), _Products(0b11)
-        # Every stage-1 register is written every cycle: the defaults, then the case.
+        # Every stage-1 register but the bases is written every cycle: the defaults,
+        # then the case. Only `used` depends on an operation's count being 0, and a base
+        # no operation sets is not used, so each base is the opcode's choice of fields
+        # and nothing more (a base behind the count's test and the defaults was the
+        # longest path from the kernel store's block RAM).
         m.d.sync += [illegal.eq(0), used.eq(0)]
-        m.d.sync += [r.eq(0) for r in (*count, *stride, *base, *extra, *adds)]
+        m.d.sync += [r.eq(0) for r in (*count, *stride, *extra, *adds)]
         with m.Switch(self.op):
             with m.Case(MicroOp.MATMUL):
                 mm = a.matmul
                 m.d.sync += [count[0].eq(mm.k - 1), stride[0].eq(mm.a_stride),
                              count[1].eq(mm.k - 1), stride[1].eq(mm.b_stride)]
-                nonzero(mm.k, (mm.a_addr, p0), (mm.b_addr, p1))
+                spans((mm.a_addr, p0), (mm.b_addr, p1), n=mm.k)
             with m.Case(MicroOp.ACC_BIAS):
                 spans((a.acc_bias.addr, -(-4 * R // W) - 1))
             with m.Case(MicroOp.REQUANT):
@@ -133,8 +134,8 @@ class OperandCheck(wiring.Component):
                     spans((rq.out_addr, p0))
             with m.Case(MicroOp.VADD):
                 va = a.vadd
-                nonzero(va.n, (va.a_addr, va.n - 1), (va.b_addr, va.n - 1),
-                        (va.out_addr, va.n - 1))
+                spans((va.a_addr, va.n - 1), (va.b_addr, va.n - 1), (va.out_addr, va.n - 1),
+                      n=va.n)
             with m.Case(MicroOp.VPOOL):
                 vp = a.vpool
                 m.d.sync += [
@@ -142,10 +143,10 @@ class OperandCheck(wiring.Component):
                     count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
                     count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride),
                 ]
-                nonzero(vp.n, (vp.in_addr, both), (vp.out_addr, vp.n - 1))
+                spans((vp.in_addr, both), (vp.out_addr, vp.n - 1), n=vp.n)
             with m.Case(MicroOp.VCLAMP):
                 vc = a.vclamp
-                nonzero(vc.n, (vc.in_addr, vc.n - 1), (vc.out_addr, vc.n - 1))
+                spans((vc.in_addr, vc.n - 1), (vc.out_addr, vc.n - 1), n=vc.n)
             with m.Case(MicroOp.VCMP):
                 lane_bits = (W - 1).bit_length()
                 spans((a.vcmp.addr, a.vcmp.lane >> lane_bits))

@@ -942,6 +942,10 @@ class TileModel:
         # command register's command in a cycle it is idle (all of the command's
         # effects then); an instruction issued this cycle is in the register next.
         if stop or miss:
+            # The unit takes a command in the abort's cycle too (it is idle then), and
+            # drops it; only a VCFG's register is written by then.
+            if self._compute_cmd is not None and self._compute_cmd[0] == MicroOp.VCFG:
+                self._execute(*self._compute_cmd)
             self._compute_left = 0
             self._pending_flag = None
             self._compute_cmd = None

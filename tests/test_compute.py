@@ -904,4 +904,22 @@ def test_faults_and_abort():
                     abort_after=0)
         await b.check(ctx, cmd(MicroOp.VCMP, addr=0, lane=60, reduce=1, flag=5))
 
+        # Accepted in the cycle of an abort (`ready` does not wait for it): a command is
+        # dropped, a VCFG's register is written.
+        for c in (cmd(MicroOp.MATMUL, a_addr=0, b_addr=1, k=5),
+                  cmd(MicroOp.VCLAMP, in_addr=0, out_addr=200, n=4),
+                  vcfg(VectorCfg.SHIFT, 7)):
+            ctx.set(b.dut.cmd.valid, 1)
+            ctx.set(b.dut.cmd.payload.as_value(), c.raw)
+            ctx.set(b.dut.abort, 1)
+            assert ctx.get(b.dut.cmd.ready)
+            await ctx.tick()
+            ctx.set(b.dut.cmd.valid, 0)
+            ctx.set(b.dut.abort, 0)
+            for _ in range(12):
+                assert not ctx.get(b.dut.busy) and not ctx.get(b.dut.w.en)
+                assert not ctx.get(b.dut.macs) and not ctx.get(b.dut.fault)
+                await ctx.tick()
+        assert ctx.get(b.dut.vector_regs).shift == 7
+
     b.run(bench)
