@@ -65,8 +65,9 @@ class ComputeUnit(wiring.Component):
     Semantics are those of ``docs/isa.md`` / :mod:`fusetile.kernels.isa`, bit-exact
     against :mod:`fusetile.kernels.arith`.
 
-    *Commands.* ``cmd.ready`` = ``~busy & ~fault``: one command is executed at
-    a time, and the next one may be accepted in the cycle ``busy`` falls. ``busy`` is
+    *Commands.* ``cmd.ready`` is high when the unit holds no command and no fault
+    (from registers only): one command is executed at a time, and the next one may be
+    accepted in the cycle after ``busy`` falls. ``busy`` is
     high from the cycle after a command is accepted until (excluding) the first cycle in
     which all its effects are visible: the last result written, the MAC pipeline drained (ACC holds
     every step), the flag or index register written, or ``fault`` high. VCFG, a no-op
@@ -607,8 +608,11 @@ class ComputeUnit(wiring.Component):
                 m.d.sync += [running.eq(0), load.eq(0)]
 
         # -- acceptance -----------------------------------------------------------------
-        # The next command may be accepted in the last cycle of the previous one.
-        m.d.comb += self.cmd.ready.eq(~self.busy & ~self.fault)
+        # The next command may be accepted once `running` has fallen, the cycle after
+        # `busy` did: acceptance then starts at registers (`busy` is the completion
+        # logic; in the tile the control unit issues a command only when it has seen
+        # the unit idle, later still).
+        m.d.comb += self.cmd.ready.eq(~running & ~self.fault)
         p = self.cmd.payload
         pa = p.args
 

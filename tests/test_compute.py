@@ -363,6 +363,8 @@ async def issue(ctx, dut, c, *, abort_after=None):
         if ctx.get(dut.index_we):
             res.indexes.append((ctx.get(dut.index_sel), ctx.get(dut.index_value)))
 
+    if not ctx.get(dut.cmd.ready):
+        await ctx.tick()        # the unit takes a command the cycle after busy falls
     ctx.set(dut.cmd.valid, 1)
     ctx.set(dut.cmd.payload.as_value(), c.raw)
     assert ctx.get(dut.cmd.ready), "unit not ready"
@@ -909,6 +911,8 @@ def test_faults_and_abort():
         for c in (cmd(MicroOp.MATMUL, a_addr=0, b_addr=1, k=5),
                   cmd(MicroOp.VCLAMP, in_addr=0, out_addr=200, n=4),
                   vcfg(VectorCfg.SHIFT, 7)):
+            if not ctx.get(b.dut.cmd.ready):
+                await ctx.tick()
             ctx.set(b.dut.cmd.valid, 1)
             ctx.set(b.dut.cmd.payload.as_value(), c.raw)
             ctx.set(b.dut.abort, 1)
