@@ -53,7 +53,9 @@ class Dma(wiring.Component):
     """2-D strided DMA between GMEM and the scratchpad, one word per cycle.
 
     A command is accepted (``cmd.ready``) only while the engine is idle and not
-    faulted. A transfer of ``rows * cols`` words keeps ``busy`` high for
+    faulted; ``ready`` does not wait for ``abort`` (in the tile the fault and miss
+    decision, late in the cycle): a command accepted in an abort's cycle is dropped
+    with it. A transfer of ``rows * cols`` words keeps ``busy`` high for
     ``rows * cols + 1`` cycles plus one per stalled scratchpad access, starting the
     cycle after the command is accepted; a command with ``rows == 0`` or ``cols == 0``
     is accepted and completes at once (``busy`` stays low, no access).
@@ -154,7 +156,7 @@ class Dma(wiring.Component):
 
         m.d.comb += [
             self.busy.eq(running),
-            self.cmd.ready.eq(~running & ~self.fault & ~self.abort),
+            self.cmd.ready.eq(~running & ~self.fault),
             self.spad.part.eq(part),
         ]
 

@@ -43,7 +43,9 @@ class DmaQueue(wiring.Component):
         Nothing queued, nothing in the engine.
     flush : In(1)
         Drop every queued command and forget the one in the engine (the engine is
-        aborted alongside).
+        aborted alongside). ``cmd.valid`` does not wait for it (in the tile it is the
+        fault and miss decision, late in the cycle): the engine drops a command it
+        takes in a flush's cycle, being aborted.
     """
 
     def __init__(self, config):
@@ -77,8 +79,8 @@ class DmaQueue(wiring.Component):
             fifo.w_en.eq(self.push.valid & ~self.flush),
             self.push.ready.eq(fifo.w_rdy & ~self.flush),
             self.cmd.payload.eq(head.command),
-            self.cmd.valid.eq(fifo.r_rdy & ~self.flush),
-            fifo.r_en.eq(self.cmd.ready & ~self.flush),
+            self.cmd.valid.eq(fifo.r_rdy),
+            fifo.r_en.eq(self.cmd.ready),
         ]
         pushed = self.push.valid & self.push.ready
         issued = self.cmd.valid & self.cmd.ready

@@ -524,6 +524,20 @@ def test_abort():
         assert spad[170 + 9:170 + 12] == [0] * 3
         # The engine works normally afterwards.
         assert await issue(ctx, h, cmd(gmem_addr=3, part=2, spad_addr=40)) == (2, 1, 0)
+        # A command taken in an abort's cycle (`ready` does not wait for abort) is
+        # dropped: no access, no word, idle after.
+        ctx.set(h.dma.cmd.payload, cmd(gmem_addr=0, part=2, spad_addr=50, cols=4).const)
+        ctx.set(h.dma.cmd.valid, 1)
+        ctx.set(h.dma.abort, 1)
+        assert ctx.get(h.dma.cmd.ready)
+        await ctx.tick()
+        ctx.set(h.dma.cmd.valid, 0)
+        ctx.set(h.dma.abort, 0)
+        for _ in range(6):
+            assert not ctx.get(h.dma.busy) and not ctx.get(h.spad.bank_writes)
+            assert not ctx.get(h.dma.word_in) and not ctx.get(h.dma.fault)
+            await ctx.tick()
+        assert (await spad_dump(ctx, h))[170 + 50:170 + 54] == [0] * 4
 
     run(h, bench)
 
