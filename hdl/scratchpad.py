@@ -107,8 +107,11 @@ class Scratchpad(wiring.Component):
     by different ports are both performed; if they are of the same word, the read
     returns the word as it was before the write. An access that loses its bank is not
     performed and is reported on the port's ``stall`` (present it again); an access
-    outside its partition faults instead, and does not take its bank from a port of
-    lower priority.
+    outside its partition faults instead. Arbitration does not wait for the partition
+    test: a faulting access still takes its bank, and a port of lower priority that
+    wants the same bank stalls that cycle. (In the tile only the compute unit's ports
+    are above another, and the control unit's operand check keeps their accesses
+    inside the partition.)
 
     Every port has a read latency of 1 cycle; a write takes effect at the clock edge
     (a read of the same word in the next cycle sees it). Any port may read or write:
@@ -213,7 +216,8 @@ class Scratchpad(wiring.Component):
         return open_part, open_base, self.limit
 
     def _decode(self, m, name, port, extent):
-        """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``."""
+        """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``
+        (``inside`` and ``fault`` imply ``en``)."""
         cfg = self._config
         open_part, open_base, limit = extent
         word = Signal(17, name=f"{name}_word")
@@ -246,17 +250,21 @@ class Scratchpad(wiring.Component):
             m.d.comb += rp.en.eq(0)
             mems.append((wp, rp))
 
-        # Requests in priority order. A faulting access requests nothing, so it never
-        # takes a bank from a port below it, and its `stall` stays low.
+        # Requests in priority order. A request claims its bank whether or not the
+        # access is inside its partition: the partition test (a comparison with the
+        # limit) is then beside the bank selection, not in front of every grant below
+        # it (it was on the compute unit's path from an operand's offset through the
+        # grants into its pointers). A faulting access is not performed and does not
+        # stall.
         reqs = []
         for name in self.PORTS:
             port = getattr(self, name)
             inside, bank, row = self._decode(m, name, port, extent)
             rd = Signal(name=f"{name}_rd")
             wr = Signal(name=f"{name}_wr")
-            m.d.comb += [rd.eq(inside & ~port.we), wr.eq(inside & port.we)]
-            reqs.append(SimpleNamespace(name=name, port=port, rd=rd, wr=wr, bank=bank,
-                                        row=row))
+            m.d.comb += [rd.eq(port.en & ~port.we), wr.eq(port.en & port.we)]
+            reqs.append(SimpleNamespace(name=name, port=port, inside=inside, rd=rd, wr=wr,
+                                        bank=bank, row=row))
 
         stalls = []
         for i, req in enumerate(reqs):
@@ -266,9 +274,9 @@ class Scratchpad(wiring.Component):
             req.rd_grant = Signal(name=f"{req.name}_rd_grant")
             req.wr_grant = Signal(name=f"{req.name}_wr_grant")
             m.d.comb += [
-                req.rd_grant.eq(req.rd & ~rd_lost),
-                req.wr_grant.eq(req.wr & ~wr_lost),
-                req.port.stall.eq(req.rd & rd_lost | req.wr & wr_lost),
+                req.rd_grant.eq(req.rd & req.inside & ~rd_lost),
+                req.wr_grant.eq(req.wr & req.inside & ~wr_lost),
+                req.port.stall.eq(req.inside & (req.rd & rd_lost | req.wr & wr_lost)),
             ]
             stalls.append(req.port.stall)
 

@@ -414,16 +414,21 @@ def test_fault_beats_stall():
             assert stats(ctx, dut) == ((0b0001, 0, 0) if data is None else (0, 0b0001, 0))
             await ctx.tick()
             idle(ctx, a, w, dma)
-        # A faulting access does not take the bank from a port below it.
+        # A faulting access still takes its bank (arbitration does not wait for the
+        # partition test): a port below it that wants the bank stalls.
         present(ctx, a, 1, 16)
         present(ctx, b, 0, 0)
         present(ctx, w, 4, 0, 0xBAD)
         present(ctx, dma, 0, 12, 0x1212)
         assert faults(ctx, dut) == (1, 0, 1, 0)
+        assert stalls(ctx, dut) == (0, 1, 0, 1)
+        assert stats(ctx, dut) == (0, 0, 2)
+        await ctx.tick()
+        idle(ctx, a, w)
         assert stalls(ctx, dut) == (0, 0, 0, 0)
         assert stats(ctx, dut) == (0b0001, 0b0001, 0)
         await ctx.tick()
-        idle(ctx, a, b, w, dma)
+        idle(ctx, b, dma)
         assert ctx.get(b.rdata) == 100
         for off, value in ((0, 100), (4, 0xDEAD), (8, 108), (12, 0x1212)):
             present(ctx, a, 0, off)
@@ -453,6 +458,7 @@ def test_random_arbitration(config):
         total_conflicts = 0
         for _ in range(400):
             expect_fault, expect_stall, reads, writes = [], [], {}, {}
+            taken_rd, taken_wr = set(), set()
             for port in ports:
                 en = rng.random() < 0.8
                 # Mostly the open partition, sometimes another (or none).
@@ -465,15 +471,21 @@ def test_random_arbitration(config):
                 base, length = table[part] if part < len(table) else (0, 0)
                 outside = part != is_open or off >= length or base + off >= words
                 fault = stall = 0
-                if en and outside:
-                    fault = 1
-                elif en:
-                    word = base + off
-                    claimed = writes if data is not None else reads
-                    if word % banks in claimed:
+                if en:
+                    # Every access claims the bank its offset has in the open
+                    # partition; one outside it faults, is not performed, and does
+                    # not stall.
+                    open_base = table[is_open][0] if is_open < len(table) else 0
+                    bank = (open_base + off) % banks
+                    taken = taken_wr if data is not None else taken_rd
+                    if outside:
+                        fault = 1
+                    elif bank in taken:
                         stall = 1
                     else:
-                        claimed[word % banks] = (port, word, data)
+                        claimed = writes if data is not None else reads
+                        claimed[bank] = (port, base + off, data)
+                    taken.add(bank)
                 expect_fault.append(fault)
                 expect_stall.append(stall)
             assert faults(ctx, dut) == tuple(expect_fault)
