@@ -672,9 +672,13 @@ class VectorAlu(wiring.Component):
                         word[j].eq(pooled[j]),
                     ]
             with m.Case(VectorOp.VCLAMP):
+                # min(max(a, lo), hi) with the three comparisons side by side (one
+                # after the other, the two carry chains and their selections were the
+                # ULX3S build's worst path): hi when lo > hi, as numpy's clip.
+                inverted = s1.lo > s1.hi
                 for j in range(lanes):
-                    floor = Mux(a[j] < s1.lo, s1.lo, a[j])
-                    m.d.sync += word[j].eq(Mux(floor > s1.hi, s1.hi, floor))
+                    m.d.sync += word[j].eq(
+                        Mux(inverted | (a[j] > s1.hi), s1.hi, Mux(a[j] < s1.lo, s1.lo, a[j])))
 
         s2_op = _register(m, op, "s2_op")
         s2_pairs = _register(m, s1.pairs, "s2_pairs")
