@@ -9,6 +9,7 @@ enough to rank paths and name the blocks they cross::
     .venv/bin/python scripts/timing_paths.py                  # 25 worst endpoints
     .venv/bin/python scripts/timing_paths.py --path spad__part  # one path, net by net
     .venv/bin/python scripts/timing_paths.py --by-start       # the worst per starting block
+    .venv/bin/python scripts/timing_paths.py --histogram      # endpoints by their delay
     .venv/bin/python scripts/timing_paths.py --netlist build/timing/mapped.json ...
 
 The model (ns, ECP5 speed grade 6, rounded): a LUT4 0.4, a routed net 0.8, a carry
@@ -195,6 +196,21 @@ def _blocks(steps):
     return " > ".join(out)
 
 
+def _register_name(name):
+    """A net bit's name without its bit index."""
+    return re.sub(r"\[\d+\]$", "", name)
+
+
+def _once(ends):
+    """``ends`` with each register's bits and each port once (its worst bit)."""
+    seen = set()
+    for end in ends:
+        key = _register_name(end[1]) + "." + end[2]
+        if key not in seen:
+            seen.add(key)
+            yield end
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--board", default="ulx3s-85f")
@@ -205,6 +221,8 @@ def main(argv=None):
                                        "whose name contains this, net by net")
     parser.add_argument("--by-start", action="store_true",
                         help="list only the worst path of each block paths start in")
+    parser.add_argument("--histogram", action="store_true",
+                        help="count the endpoints (bits of one register once) by delay")
     args = parser.parse_args(argv)
     netlist = Netlist(args.netlist or synthesize(args.board, args.out))
     ends = netlist.endpoints()
@@ -222,21 +240,28 @@ def main(argv=None):
                 print(f"  {at:5.1f} ns  {cell:10s} {net}")
             last = net
         return
-    seen, starts = set(), set()
+    if args.histogram:
+        bins = collections.Counter()
+        for t, name, port, _ in _once(ends):
+            bins[min(14, max(6, int(t // 2) * 2))] += 1
+        for low in (14, 12, 10, 8, 6):
+            span = f">= {low}" if low == 14 else f"< {low + 2}" if low == 6 else \
+                f"{low} to {low + 2}"
+            print(f"{span:>8} ns  {bins[low]:6d} endpoints")
+        return
+    shown, starts = 0, set()
     print(f"{'ns':>5} {'nets':>5}  endpoint (bits of one register shown once)")
-    for t, name, port, bit in ends:
-        key = re.sub(r"\[\d+\]$", "", name) + "." + port
-        if key in seen:
-            continue
+    for t, name, port, bit in _once(ends):
         steps = netlist.path(bit)
         if args.by_start:
             start = _blocks(steps).split(" > ")[0]
             if start in starts:
                 continue
             starts.add(start)
-        seen.add(key)
+        shown += 1
+        key = _register_name(name) + "." + port
         print(f"{t:5.1f} {len(steps):5d}  {key}\n{'':13}via {_blocks(steps)}")
-        if len(seen) == args.top:
+        if shown == args.top:
             break
 
 

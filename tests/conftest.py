@@ -29,6 +29,20 @@ def require_simulator(sim):
         pytest.skip(why)
 
 
+async def take_during_abort(ctx, unit, payload):
+    """Offer the command ``payload`` (its bits) to ``unit`` (the compute unit or the
+    DMA engine) in a cycle of its ``abort``: its ``ready`` must not wait for the abort
+    (in the tile the fault and miss decision, late in the cycle); the caller checks
+    that the command was dropped."""
+    ctx.set(unit.cmd.valid, 1)
+    ctx.set(unit.cmd.payload.as_value(), payload)
+    ctx.set(unit.abort, 1)
+    assert ctx.get(unit.cmd.ready)
+    await ctx.tick()
+    ctx.set(unit.cmd.valid, 0)
+    ctx.set(unit.abort, 0)
+
+
 @pytest.fixture(scope="session")
 def rtl_model():
     """``rtl_model(sim, top="tile"|"standin", config=None)``: the built simulation

@@ -28,6 +28,8 @@ from fusetile.kernels import arith
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import CmpOp, FaultCause, MicroArgs, MicroOp, VcfgArgs, VectorCfg
 
+from conftest import take_during_abort
+
 
 CFG_8x8 = TileConfig(rows=8, cols=8, word_bytes=8, spad_banks=4, spad_bank_words=64,
                      partitions=4)
@@ -906,20 +908,14 @@ def test_faults_and_abort():
                     abort_after=0)
         await b.check(ctx, cmd(MicroOp.VCMP, addr=0, lane=60, reduce=1, flag=5))
 
-        # Accepted in the cycle of an abort (`ready` does not wait for it): a command is
-        # dropped, a VCFG's register is written.
+        # Taken in the cycle of an abort: a command is dropped, a VCFG's register is
+        # written.
         for c in (cmd(MicroOp.MATMUL, a_addr=0, b_addr=1, k=5),
                   cmd(MicroOp.VCLAMP, in_addr=0, out_addr=200, n=4),
                   vcfg(VectorCfg.SHIFT, 7)):
             if not ctx.get(b.dut.cmd.ready):
                 await ctx.tick()
-            ctx.set(b.dut.cmd.valid, 1)
-            ctx.set(b.dut.cmd.payload.as_value(), c.raw)
-            ctx.set(b.dut.abort, 1)
-            assert ctx.get(b.dut.cmd.ready)
-            await ctx.tick()
-            ctx.set(b.dut.cmd.valid, 0)
-            ctx.set(b.dut.abort, 0)
+            await take_during_abort(ctx, b.dut, c.raw)
             for _ in range(12):
                 assert not ctx.get(b.dut.busy) and not ctx.get(b.dut.w.en)
                 assert not ctx.get(b.dut.macs) and not ctx.get(b.dut.fault)

@@ -15,6 +15,7 @@ from fusetile.hdl.scratchpad import Scratchpad
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import FaultCause
 
+from conftest import take_during_abort
 from wb_helpers import wb_read, wb_write
 
 
@@ -524,15 +525,9 @@ def test_abort():
         assert spad[170 + 9:170 + 12] == [0] * 3
         # The engine works normally afterwards.
         assert await issue(ctx, h, cmd(gmem_addr=3, part=2, spad_addr=40)) == (2, 1, 0)
-        # A command taken in an abort's cycle (`ready` does not wait for abort) is
-        # dropped: no access, no word, idle after.
-        ctx.set(h.dma.cmd.payload, cmd(gmem_addr=0, part=2, spad_addr=50, cols=4).const)
-        ctx.set(h.dma.cmd.valid, 1)
-        ctx.set(h.dma.abort, 1)
-        assert ctx.get(h.dma.cmd.ready)
-        await ctx.tick()
-        ctx.set(h.dma.cmd.valid, 0)
-        ctx.set(h.dma.abort, 0)
+        # A command taken in an abort's cycle is dropped: no access, no word, idle after.
+        await take_during_abort(
+            ctx, h.dma, cmd(gmem_addr=0, part=2, spad_addr=50, cols=4).const.as_bits())
         for _ in range(6):
             assert not ctx.get(h.dma.busy) and not ctx.get(h.spad.bank_writes)
             assert not ctx.get(h.dma.word_in) and not ctx.get(h.dma.fault)
