@@ -14,7 +14,7 @@ A stalled scratchpad read (store) holds only the issue stage; the GMEM write of 
 word read in the cycle before still completes. A stall costs one cycle and no word.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -149,10 +149,13 @@ class Dma(wiring.Component):
         row_gaddr = Signal(_ADDR_BITS)
         row_saddr = Signal(_ADDR_BITS)
 
-        # Write stage: the word read by the issue stage in the previous cycle.
+        # Write stage: the word read by the issue stage in the previous cycle, or (a
+        # load whose scratchpad write stalled) the copy of it kept in `held`.
         wvalid = Signal()
         w_gaddr = Signal(_ADDR_BITS)
         w_saddr = Signal(_ADDR_BITS)
+        held = Signal(cfg.word_bits)
+        from_held = Signal()
 
         m.d.comb += [
             self.busy.eq(running),
@@ -232,10 +235,12 @@ class Dma(wiring.Component):
             # Load. Write stage first: it holds the earlier word, so its fault wins.
             write_fault = Signal()
             write_stall = Signal()
+            word = Signal(cfg.word_bits)
             m.d.comb += [
+                word.eq(Mux(from_held, held, self.gmem.rdata)),
                 self.spad.offset.eq(w_saddr),
                 self.spad.we.eq(1),
-                self.spad.wdata.eq(self.gmem.rdata),
+                self.spad.wdata.eq(word),
             ]
             with m.If(wvalid):
                 m.d.comb += [
@@ -244,19 +249,23 @@ class Dma(wiring.Component):
                     write_stall.eq(self.spad.stall),
                     self.word_in.eq(~write_fault & ~write_stall),
                 ]
-            m.d.sync += wvalid.eq(0)
-            m.d.comb += self.gmem.raddr.eq(gaddr)
+            m.d.sync += [wvalid.eq(0), from_held.eq(0)]
+            # The read does not wait for the write stage: GMEM's read port (and the
+            # host's reads behind it) no longer waits for the scratchpad's arbitration
+            # (the ULX3S build's worst paths ran from there into GMEM's read address).
+            # In a cycle whose write stalls, the issue stage reads its own word again,
+            # which it reads once more when it goes on.
+            m.d.comb += [self.gmem.raddr.eq(gaddr), self.gmem.re.eq(issuing & ~gmem_oob)]
             with m.If(write_fault):
                 stop(FaultCause.PARTITION, w_saddr)
             with m.Elif(write_stall):
-                # Freeze: with `re` low GMEM keeps presenting the word, and the issue
-                # stage must not fault or advance past a word that is not written yet.
-                m.d.sync += wvalid.eq(1)
+                # Keep the word, and do not fault or advance past a word that is not
+                # written yet.
+                m.d.sync += [wvalid.eq(1), from_held.eq(1), held.eq(word)]
             with m.Elif(issuing):
                 with m.If(gmem_oob):
                     stop(FaultCause.GMEM_RANGE, gaddr)
                 with m.Else():
-                    m.d.comb += self.gmem.re.eq(1)
                     m.d.sync += w_saddr.eq(saddr)
                     advance()
             with m.Elif(wvalid):

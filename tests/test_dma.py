@@ -186,12 +186,16 @@ async def issue(ctx, h, c, intf=None, limit=5000):
             intf.drive(ctx, c)
         stalled = ctx.get(dma.spad.stall)
         assert ctx.get(h.spad.conflicts) == stalled
+        raddr = ctx.get(dma.gmem.raddr)
         if stalled and not c.store:
-            # A load freezes: nothing written, no new GMEM read.
-            assert not ctx.get(dma.word_in) and not ctx.get(dma.gmem.re)
+            # A load freezes: nothing written; the issue stage stays on its word (a
+            # GMEM read then is of that word, and is made again).
+            assert not ctx.get(dma.word_in)
         words += ctx.get(dma.word_in) + ctx.get(dma.word_out)
         stalls += stalled
         await ctx.tick()
+        if stalled and not c.store and ctx.get(dma.busy):
+            assert ctx.get(dma.gmem.raddr) == raddr
         if intf is not None:
             intf.ticked()
         cycles += 1
