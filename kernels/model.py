@@ -184,7 +184,6 @@ class FaultRecord:
     addr: int = 0
 
 
-
 @dataclass
 class _Transfer:
     """One DMA command, from the queue through the engine."""
