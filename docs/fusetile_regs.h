@@ -9,7 +9,7 @@
 
 #define FT_MAGIC                                 0x4654494Cu
 #define FT_VERSION_MAJOR                         0
-#define FT_VERSION_MINOR                         3
+#define FT_VERSION_MINOR                         4
 #define FT_VERSION_PATCH                         0
 #define FT_PROFILE_HASH                          "34098acadaa50f5f"
 
@@ -34,7 +34,7 @@
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
-#define FT_VERSION_VALUE                         0x00000300u
+#define FT_VERSION_VALUE                         0x00000400u
 #define FT_HWCFG_ARRAY_VALUE                     0x08080808u
 #define FT_HWCFG_SPAD_VALUE                      0x08040200u
 #define FT_HWCFG_CTRL_VALUE                      0x34D57810u

@@ -270,15 +270,17 @@ class ComputeUnit(wiring.Component):
         idx = Signal(16)        # step (MATMUL), word, output (VPOOL) or row (REQUANT)
         total = Signal(16)      # steps of the current phase
         win_t = Signal(4)       # VPOOL: word of the window
-        base_a = Signal(_ADDR_BITS)   # streams at base + idx ...
-        base_b = Signal(_ADDR_BITS)
-        # ... kept as a running pointer too (base + idx, stepped with idx), so that a
-        # read's offset comes from a register and not from an adder in front of the
+        # Each operand port reads at a running pointer, the offset of the step's word,
+        # stepped as the step advances by a stride chosen when the command is accepted
+        # (MATMUL's strides, VPOOL's stride within a window, else 1): the offset on
+        # the port is a register, with no adder or selection between it and the
         # scratchpad's arbitration.
         ptr_a = Signal(_ADDR_BITS)
         ptr_b = Signal(_ADDR_BITS)
-        inc_a = Signal(_ADDR_BITS)    # MATMUL a; VPOOL word (o, t)
-        inc_b = Signal(_ADDR_BITS)    # MATMUL b
+        step_a = Signal(16)
+        step_b = Signal(16)
+        base_a = Signal(_ADDR_BITS)   # unit-stride streams start here (a restart, the
+        base_b = Signal(_ADDR_BITS)   # REQUANT rows after the table)
         row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
         a_have = Signal()       # this step's `a` word was read (held in hold_a)
         b_have = Signal()
@@ -316,24 +318,17 @@ class ComputeUnit(wiring.Component):
                               MicroOp.WAIT)}
         vec_op = Signal(VectorOp)
         rows_phase = is_op[MicroOp.REQUANT] & ~load
-        incremental = is_op[MicroOp.MATMUL] | is_op[MicroOp.VPOOL]
 
         issuing = Signal()
         m.d.comb += issuing.eq(running & ~rfault & (idx != total))
         wait_pass = Signal()    # a scaled step waits for the multipliers' passes (below)
         issue_now = issuing & ~wait_pass
 
-        off_a = Signal(_ADDR_BITS)
-        off_b = Signal(_ADDR_BITS)
-        m.d.comb += [
-            off_a.eq(Mux(incremental, inc_a, ptr_a)),
-            off_b.eq(Mux(incremental, inc_b, ptr_b)),
-        ]
         need_a = ~rows_phase
         need_b = (is_op[MicroOp.MATMUL] | is_op[MicroOp.VADD]) & ~load
         want_a = issue_now & need_a & ~a_have
         want_b = issue_now & need_b & ~b_have
-        for port, want, off in ((self.a, want_a, off_a), (self.b, want_b, off_b)):
+        for port, want, off in ((self.a, want_a, ptr_a), (self.b, want_b, ptr_b)):
             m.d.comb += [
                 port.part.eq(part),
                 port.offset.eq(off[:16]),
@@ -347,8 +342,8 @@ class ComputeUnit(wiring.Component):
         a_performed = self.a.en & ~self.a.fault & ~self.a.stall
         b_performed = self.b.en & ~self.b.fault & ~self.b.stall
         m.d.comb += [
-            a_bad.eq(want_a & (off_a[16] | self.a.fault)),
-            b_bad.eq(want_b & (off_b[16] | self.b.fault)),
+            a_bad.eq(want_a & (ptr_a[16] | self.a.fault)),
+            b_bad.eq(want_b & (ptr_b[16] | self.b.fault)),
             a_done.eq(~need_a | a_have | a_performed),
             b_done.eq(~need_b | b_have | b_performed),
         ]
@@ -404,20 +399,18 @@ class ComputeUnit(wiring.Component):
                         win_t.eq(0),
                         idx.eq(idx + 1),
                         row_addr.eq(row_addr + vpool.in_step),
-                        inc_a.eq(row_addr + vpool.in_step),
+                        ptr_a.eq(row_addr + vpool.in_step),
                     ]
                 with m.Else():
                     m.d.sync += [
                         win_t.eq(win_t + 1),
-                        inc_a.eq(inc_a + vpool.in_stride),
+                        ptr_a.eq(ptr_a + step_a),
                     ]
             with m.Else():
                 m.d.sync += [
                     idx.eq(idx + 1),
-                    ptr_a.eq(ptr_a + 1),
-                    ptr_b.eq(ptr_b + 1),
-                    inc_a.eq(inc_a + mm.a_stride),
-                    inc_b.eq(inc_b + mm.b_stride),
+                    ptr_a.eq(ptr_a + step_a),
+                    ptr_b.eq(ptr_b + step_b),
                 ]
         with m.Elif(issuing):
             m.d.sync += [
@@ -427,7 +420,7 @@ class ComputeUnit(wiring.Component):
             with m.If(a_bad | b_bad):
                 m.d.sync += [
                     rfault.eq(1),
-                    rfault_addr.eq(Mux(a_bad, off_a, off_b)),
+                    rfault_addr.eq(Mux(a_bad, ptr_a, ptr_b)),
                     a_have.eq(0),
                     b_have.eq(0),
                 ]
@@ -591,11 +584,10 @@ class ComputeUnit(wiring.Component):
             m.d.comb += squash.eq(1)
             m.d.sync += [
                 idx.eq(w_count),
-                ptr_a.eq(base_a + w_count),
+                ptr_a.eq(Mux(is_op[MicroOp.VPOOL], w_row, base_a + w_count)),
                 ptr_b.eq(base_b + w_count),
                 win_t.eq(0),
                 row_addr.eq(w_row),
-                inc_a.eq(w_row),
                 rfault.eq(0),
             ]
         with m.Elif(drained):
@@ -637,14 +629,18 @@ class ComputeUnit(wiring.Component):
                 rfault.eq(0),
                 w_count.eq(0),
                 w_stride.eq(1),
+                step_a.eq(1),
+                step_b.eq(1),
             ]
             with m.Switch(p.op):
                 with m.Case(MicroOp.MATMUL):
                     m.d.sync += [
                         running.eq(pa.matmul.k != 0),
                         total.eq(pa.matmul.k),
-                        inc_a.eq(pa.matmul.a_addr),
-                        inc_b.eq(pa.matmul.b_addr),
+                        ptr_a.eq(pa.matmul.a_addr),
+                        ptr_b.eq(pa.matmul.b_addr),
+                        step_a.eq(pa.matmul.a_stride),
+                        step_b.eq(pa.matmul.b_stride),
                     ]
                 with m.Case(MicroOp.ACC_BIAS):
                     m.d.sync += [
@@ -678,7 +674,8 @@ class ComputeUnit(wiring.Component):
                         m.d.sync += [
                             running.eq(pa.vpool.n != 0),
                             total.eq(pa.vpool.n),
-                            inc_a.eq(pa.vpool.in_addr),
+                            ptr_a.eq(pa.vpool.in_addr),
+                            step_a.eq(pa.vpool.in_stride),
                             row_addr.eq(pa.vpool.in_addr),
                             w_row.eq(pa.vpool.in_addr),
                             w_addr.eq(pa.vpool.out_addr),

@@ -32,7 +32,7 @@ __all__ = [
 
 
 MAGIC = 0x4654494C                 # "FTIL"
-VERSION = (0, 3, 0)                # (major, minor, patch) of the register map and ISA
+VERSION = (0, 4, 0)                # (major, minor, patch) of the register map and ISA
 
 CSR_BASE  = 0x0000_0000
 CSR_SPAN  = 0x0000_1000
@@ -225,7 +225,9 @@ def tile_memory_map(config):
     # -- partition and slot tables ------------------------------------------------
     for i in range(config.partitions):
         reg(Register(f"PART[{i}]", [
-                Field("base", 16, RW, doc="First scratchpad word."),
+                Field("base", 16, RW, doc="First scratchpad word: a multiple of spad_banks "
+                      "(from register map 0.4; a partition that starts elsewhere "
+                      "has no words: every access to it faults)."),
                 Field("length", 16, RW, doc="Words; offsets >= length fault."),
             ], f"Scratchpad partition {i}."), PART_TABLE_BASE + 4 * i, group="part", index=i)
     for i in range(config.kernel_slots):

@@ -4,15 +4,17 @@ Word ``w`` of the scratchpad lives in bank ``w % spad_banks`` at row
 ``w // spad_banks``, so consecutive words are in different banks and units that
 stream through memory (DMA, MAC array operand fetch, vector unit) can share it.
 
-Every access is made as (partition, offset). One partition is *open* at a time, the
+Every access is made as (partition, offset). A partition starts at a multiple of
+``spad_banks`` words, so an offset's bank is the same in every partition and the
+arbitration between units needs no adder. One partition is *open* at a time, the
 executing kernel's (all of a kernel's scratchpad accesses, compute and DMA alike, are
 made in its slot's partition, and a kernel returns only once they are done): the
 partition table (base, length per partition; CSRs owned by the tile) gives its extent,
 which is looked up once, when the open partition changes, and kept in registers. An
 access to another partition, at or beyond the partition's length, to a partition that
-does not exist, or past the end of the scratchpad is *not performed* and reported on
-the port's ``fault`` in the same cycle. This is what keeps a kernel from corrupting a
-neighbour's data. (The lookup was made per access and per port before: an eight-way
+does not exist (or does not start at a multiple of ``spad_banks``), or past the end
+of the scratchpad is *not performed* and reported on the port's ``fault`` in the same
+cycle. This is what keeps a kernel from corrupting a neighbour's data. (The lookup was made per access and per port before: an eight-way
 selection of base and length on every unit's path into the banks, the longest paths
 of the ULX3S build; docs/fpga.md, step 15.)
 
@@ -38,6 +40,26 @@ __all__ = ["SpadPortSignature", "Scratchpad"]
 def _check_config(config):
     if not isinstance(config, TileConfig):
         raise TypeError(f"config must be a TileConfig, not {config!r}")
+
+
+def _power_of_two(n):
+    return n & (n - 1) == 0
+
+
+def _aligned(word, banks):
+    """``word`` is the first word of a row of the banks (a multiple of ``banks``)."""
+    if _power_of_two(banks):
+        return word[:(banks - 1).bit_length()] == 0 if banks > 1 else 1
+    return word % banks == 0
+
+
+def _bank_row(word, config):
+    """(bank, row) of scratchpad word ``word`` (or of an offset from a row's start)."""
+    banks = config.spad_banks
+    if _power_of_two(banks):
+        bank_bits = (banks - 1).bit_length()
+        return word[:bank_bits], word[bank_bits:]
+    return word % banks, word // banks
 
 
 class SpadPortSignature(wiring.Signature):
@@ -124,7 +146,10 @@ class Scratchpad(wiring.Component):
     Attributes
     ----------
     part_base : In(data.ArrayLayout(16, partitions))
-        First scratchpad word of each partition (from the partition table CSRs).
+        First scratchpad word of each partition (from the partition table CSRs). It
+        must be a multiple of ``spad_banks``, so that an offset alone names its bank
+        (offset ``o`` is in bank ``o % spad_banks`` in every partition); a partition
+        whose base is not has no words (its ``limit`` is 0: every access faults).
     part_len : In(data.ArrayLayout(16, partitions))
         Length of each partition in words.
     part : In(4)
@@ -192,9 +217,10 @@ class Scratchpad(wiring.Component):
         return self._config
 
     def _open(self, m):
-        """The open partition's number and extent, registered: (part, base, limit),
-        where ``limit`` is the number of offsets inside it (its length cut at the end
-        of the scratchpad; 0 if it does not exist).
+        """The open partition's number and extent, registered: (part, first row,
+        limit), where ``limit`` is the number of offsets inside it (its length cut at
+        the end of the scratchpad; 0 if it does not exist or its base is not a
+        multiple of ``spad_banks``).
 
         Every partition's limit is worked out from the table a cycle ahead, so that
         opening a partition is a selection, not arithmetic after one."""
@@ -204,36 +230,34 @@ class Scratchpad(wiring.Component):
             base, length = self.part_base[p], self.part_len[p]
             room = Signal(17, name=f"part{p}_room")      # words from base to the end
             limit = Signal(17, name=f"part{p}_limit")
-            m.d.comb += room.eq(Mux(base < cfg.spad_words, cfg.spad_words - base, 0))
+            m.d.comb += room.eq(Mux((base < cfg.spad_words) & _aligned(base, cfg.spad_banks),
+                                    cfg.spad_words - base, 0))
             m.d.sync += limit.eq(Mux(length < room, length, room))
             limits.append(limit)
         open_part = Signal(4)
-        open_base = Signal(16)
-        m.d.sync += [open_part.eq(self.part), open_base.eq(0), self.limit.eq(0)]
+        open_row = Signal(16)
+        m.d.sync += [open_part.eq(self.part), open_row.eq(0), self.limit.eq(0)]
         with m.If(self.part < cfg.partitions):
-            m.d.sync += [open_base.eq(self.part_base[self.part]),
+            m.d.sync += [open_row.eq(_bank_row(self.part_base[self.part], cfg)[1]),
                          self.limit.eq(Array(limits)[self.part])]
-        return open_part, open_base, self.limit
+        return open_part, open_row, self.limit
 
     def _decode(self, m, name, port, extent):
         """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``
         (``inside`` and ``fault`` imply ``en``)."""
         cfg = self._config
-        open_part, open_base, limit = extent
-        word = Signal(17, name=f"{name}_word")
-        m.d.comb += word.eq(open_base + port.offset)
+        open_part, open_row, limit = extent
         outside = (port.part != open_part) | (port.offset >= limit)
         inside = Signal(name=f"{name}_inside")
         m.d.comb += [
             port.fault.eq(port.en & outside),
             inside.eq(port.en & ~outside),
         ]
-        banks = cfg.spad_banks
-        if banks & (banks - 1) == 0:
-            bank_bits = (banks - 1).bit_length()
-            bank, row = word[:bank_bits], word[bank_bits:]
-        else:
-            bank, row = word % banks, word // banks
+        # The partition starts at a bank's first word, so the offset alone names the
+        # bank: no adder in front of the arbitration, only beside it on the row.
+        bank, in_row = _bank_row(port.offset, cfg)
+        row = Signal(17, name=f"{name}_row")
+        m.d.comb += row.eq(open_row + in_row)
         return inside, bank, row
 
     def elaborate(self, platform):

@@ -572,8 +572,16 @@ class Device:
         self.regs.SLOT[slot].write(valid=1, part=part, version=version)
 
     def set_partition(self, index, *, base, length):
-        """Carve scratchpad partition ``index`` as words [base, base + length)."""
+        """Carve scratchpad partition ``index`` as words [base, base + length).
+
+        Raises :class:`ValueError` if ``base`` is not a multiple of ``spad_banks`` (the
+        tile would fault every access to such a partition)."""
         self._index("Partition", index, self.config.partitions)
+        banks = self.config.spad_banks
+        if base % banks:
+            raise ValueError(f"Partition {index}: base {base} is not a multiple of "
+                             f"spad_banks ({banks}); a partition starts at a bank's "
+                             f"first word")
         self.regs.PART[index].write(base=base, length=length)
 
     def read_plan(self, bank, count, *, start=0):

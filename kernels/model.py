@@ -513,18 +513,14 @@ class TileModel:
             t.end = x
             return
         part = t.part
-        if part < cfg.partitions:
-            base, length = self.part_base[part], self.part_len[part]
+        limit = self._limit(part)
         cols = np.arange(t.cols, dtype=np.int64)
         n_ok = 0
         for r in range(t.rows):
             g = t.gmem + r * t.gmem_stride + cols
             s = t.spad + r * t.spad_stride + cols
             gbad = g >= cfg.gmem_words
-            if part < cfg.partitions:
-                sbad = (s >= 1 << 16) | (s >= length) | (base + s >= cfg.spad_words)
-            else:
-                sbad = np.ones(t.cols, dtype=bool)
+            sbad = (s >= 1 << 16) | (s >= limit)
             bad = gbad | sbad
             if bad.any():
                 f = int(np.argmax(bad))
@@ -1156,11 +1152,17 @@ class TileModel:
     # -- compute micro-instructions ------------------------------------------------------
     def _part_limit(self):
         """The number of offsets inside the calling slot's partition (as the
-        scratchpad's ``limit``: 0 for a partition that does not exist)."""
+        scratchpad's ``limit``: 0 for a partition that does not exist or does not start
+        at a multiple of ``spad_banks``)."""
+        return self._limit(self.part)
+
+    def _limit(self, part):
         cfg = self.config
-        if self.part >= cfg.partitions:
+        if part >= cfg.partitions:
             return 0
-        base, length = self.part_base[self.part], self.part_len[self.part]
+        base, length = self.part_base[part], self.part_len[part]
+        if base % cfg.spad_banks:
+            return 0
         return max(0, min(length, cfg.spad_words - base))
 
     def _words(self, offsets):

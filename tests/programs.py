@@ -630,7 +630,8 @@ def random_program(seed, config, *, fault_rate=0.12, fault_kinds=FAULT_KINDS):
         left -= lengths[-1]
     cells = list(range(SPAN_WORDS // 64))       # one partition per 64-word quarter
     rng.shuffle(cells)
-    parts = [(cells[i] * 64 + rng.randrange(64 - lengths[i] + 1), lengths[i])
+    banks = config.spad_banks                   # a partition starts at a bank's first word
+    parts = [(cells[i] * 64 + rng.randrange(64 - lengths[i] + 1) // banks * banks, lengths[i])
              for i in range(nparts)]
 
     fault = rng.choice(fault_kinds) if rng.random() < fault_rate else None

@@ -167,6 +167,14 @@ def partition_fault(dev):
     _run(dev, [call(2), done()])
     assert dev.read_window("GMEM", 64 * wb, 16 * wb) == pattern
 
+    # A partition starts at a bank's first word: one written (raw: set_partition
+    # refuses it) to start elsewhere has no words.
+    if dev.config.spad_banks > 1:
+        dev.regs.PART[2].write(base=17, length=16)
+        err = _fault(dev, [call(1), done()])
+        assert (err.cause, err.part, err.addr) == (FaultCause.PARTITION, 2, 12)
+        dev.clear_fault()
+
 
 def gmem_range_fault(dev):
     """A DMA past the end of GMEM faults with the word address."""

@@ -265,6 +265,17 @@ def test_too_wide_value_raises(dev, fake):
     assert fake.log == []
 
 
+def test_partition_base_off_a_bank_row_raises(dev, fake):
+    fake.log.clear()
+    banks = dev.config.spad_banks
+    with pytest.raises(ValueError, match=rf"Partition 1: base 6 is not a multiple of "
+                                         rf"spad_banks \({banks}\)"):
+        dev.set_partition(1, base=6, length=8)
+    assert fake.log == []
+    dev.set_partition(1, base=2 * banks, length=8)
+    assert dev.regs.PART[1].read().base == 2 * banks
+
+
 def test_read_only_registers_are_not_written(dev, fake):
     fake.log.clear()
     with pytest.raises(ValueError, match="Register STATUS is read-only"):

@@ -254,7 +254,7 @@ def random_command(rng, store, table):
                spad_addr=spad_addr, spad_stride=sstride, rows=rows, cols=cols)
 
 
-TABLE = [(0, 64), (64, 100), (170, 80)]
+TABLE = [(0, 64), (64, 100), (168, 80)]
 
 
 def test_config_checked():
@@ -525,8 +525,8 @@ def test_abort():
             await ctx.tick()
         assert written == 9
         spad = await spad_dump(ctx, h)
-        assert spad[170:170 + 9] == [0xABC0 + i for i in range(8)] + [0xABC8]
-        assert spad[170 + 9:170 + 12] == [0] * 3
+        assert spad[168:168 + 9] == [0xABC0 + i for i in range(8)] + [0xABC8]
+        assert spad[168 + 9:168 + 12] == [0] * 3
         # The engine works normally afterwards.
         assert await issue(ctx, h, cmd(gmem_addr=3, part=2, spad_addr=40)) == (2, 1, 0)
         # A command taken in an abort's cycle is dropped: no access, no word, idle after.
@@ -536,7 +536,7 @@ def test_abort():
             assert not ctx.get(h.dma.busy) and not ctx.get(h.spad.bank_writes)
             assert not ctx.get(h.dma.word_in) and not ctx.get(h.dma.fault)
             await ctx.tick()
-        assert (await spad_dump(ctx, h))[170 + 50:170 + 54] == [0] * 4
+        assert (await spad_dump(ctx, h))[168 + 50:168 + 54] == [0] * 4
 
     run(h, bench)
 

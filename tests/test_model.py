@@ -400,6 +400,19 @@ def test_compute_partition_fault_is_precise():
     assert (fault.cause, fault.addr) == (FaultCause.PARTITION, LENGTH)
 
 
+@pytest.mark.parametrize("micro", [vclamp(src=0, out=8, n=1, lo=0, hi=1),
+                                   dma_load(gmem=0, spad=0)])
+def test_partition_off_a_bank_row_has_no_words(micro):
+    """A partition must start at a multiple of ``spad_banks`` (an offset alone names
+    its bank); one that does not has no words, as in the scratchpad."""
+    m = TileModel(SMALL)
+    m.set_partition(1, base=BASE + 1, length=LENGTH)
+    m.load_kernel(0, [micro, ret()], part=1)
+    m.load_plan([call(0), done()])
+    fault = m.run(max_cycles=10_000)
+    assert (fault.cause, fault.part, fault.addr) == (FaultCause.PARTITION, 1, 0)
+
+
 # -- plan control flow ----------------------------------------------------------------------
 
 FLAG_KERNEL = [vcmp(addr=0, lane=0, op="GE", imm=1, flag=3),     # F3 = 1
@@ -642,7 +655,8 @@ def _random_program(rng):
             body + [commit()]
         fallback = [mark(0x10 + i) for i in range(rng.randrange(3))] + [plan_item(), done()]
     return {
-        "parts": [(rng.randrange(100), rng.randrange(40)) for _ in range(2)],
+        "parts": [(rng.randrange(100) // DIFF.spad_banks * DIFF.spad_banks, rng.randrange(40))
+                  for _ in range(2)],
         "kernels": [[micro() for _ in range(rng.randrange(1, 7))] + [ret()]
                     for _ in range(2)],
         "plan": body + [mark(5), done()],

@@ -197,6 +197,13 @@ def test_limit_is_the_open_partitions_extent():
         for part in (0, 1):
             await set_table(ctx, dut, [(64, 5), (70, 1)], part)      # bases past the end
             assert ctx.get(dut.limit) == 0
+        # A base that is not a bank's first word: the partition has no words.
+        for base in (1, 2, 3, 18):
+            await set_table(ctx, dut, [(base, 8), (0, 8)])
+            assert ctx.get(dut.limit) == 0, base
+            assert (await access(ctx, dut, 0, 0, 0xAA))[:2] == (1, (0, 0)), base
+        await set_table(ctx, dut, [(20, 8)])
+        assert ctx.get(dut.limit) == 8
 
     run(dut, bench)
 
@@ -240,7 +247,7 @@ def test_read_after_write_and_latency():
     dut = Scratchpad(CFG)
 
     async def bench(ctx):
-        await set_table(ctx, dut, [(5, 20)])
+        await set_table(ctx, dut, [(8, 20)])
         port = dut.dma
         # Back to back: write 3, read 3, write 4, read 4 in consecutive cycles.
         for off, v in ((3, 111), (4, 222)):
@@ -472,11 +479,10 @@ def test_random_arbitration(config):
                 outside = part != is_open or off >= length or base + off >= words
                 fault = stall = 0
                 if en:
-                    # Every access claims the bank its offset has in the open
-                    # partition; one outside it faults, is not performed, and does
-                    # not stall.
-                    open_base = table[is_open][0] if is_open < len(table) else 0
-                    bank = (open_base + off) % banks
+                    # Every access claims its offset's bank (partitions start at a
+                    # bank's first word); one outside its partition faults, is not
+                    # performed, and does not stall.
+                    bank = off % banks
                     taken = taken_wr if data is not None else taken_rd
                     if outside:
                         fault = 1
