@@ -93,13 +93,18 @@ def _pieces(value):
 
 def _product_sum(m, sel, terms_1, terms_0, name):
     """``sum(a * b for a, b in terms_1)`` if ``sel`` else the same over ``terms_0``,
-    two cycles later, from one set of multipliers.
+    from one set of multipliers, three cycles after the terms' values are given.
 
-    Cycle 1 registers every partial product of 16-bit pieces (a DSP multiplier with
-    its output register each); cycle 2 registers their shifted sum. The k-th partial
-    product of ``terms_1`` and that of ``terms_0`` share a multiplier, its operands
-    chosen by ``sel`` (a LUT in front of the DSP), so both sets cost as many
-    multipliers as the larger. ``sel`` is sampled with the operands, in cycle 0.
+    The terms are the values that the stage's operand registers take at the next
+    clock edge (their inputs), so that the sum comes two cycles after those registers
+    hold them. Cycle 1 registers the operand pieces of every partial product of
+    16-bit pieces, chosen by ``sel``, so that each DSP multiplier is fed by flip-flops
+    of its own (the choice in front of the DSP, from one ``sel`` flip-flop for every
+    lane, was the ULX3S build's worst path); cycle 2 registers the partial products
+    (a DSP multiplier with its output register each); cycle 3 their shifted sum. The
+    k-th partial product of ``terms_1`` and that of ``terms_0`` share a multiplier, so
+    both sets cost as many multipliers as the larger. ``sel`` is sampled with the
+    terms.
     """
     def partials(terms):
         return [(pa, pb, oa + ob) for a, b in terms
@@ -112,13 +117,15 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     zero = (Const(0), Const(0), 0)
     part_1 += [zero] * (len(part_0) - len(part_1))
     part_0 += [zero] * (len(part_1) - len(part_0))
-    sel_1 = _register(m, sel, f"{name}_sel")
+    sel_2 = _delay(m, sel, 2, f"{name}_sel")
     shifted = []
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(zip(part_1, part_0)):
-        product = Mux(sel, a1, a0) * Mux(sel, b1, b0)
+        x = _register(m, Mux(sel, a1, a0), f"{name}_x{k}")
+        y = _register(m, Mux(sel, b1, b0), f"{name}_y{k}")
+        product = x * y
         reg = Signal(product.shape(), name=f"{name}_pp{k}", reset_less=True)
         m.d.sync += reg.eq(product)
-        shifted.append(reg << o1 if o1 == o0 else Mux(sel_1, reg << o1, reg << o0))
+        shifted.append(reg << o1 if o1 == o0 else Mux(sel_2, reg << o1, reg << o0))
     total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum",
                    reset_less=True)
     m.d.sync += total.eq(sum(shifted))
@@ -450,7 +457,9 @@ class VectorAlu(wiring.Component):
         REQUANT results, ``REQUANT_LATENCY`` cycles after their rows; ``ready`` is
         ignored.
     requant : In(1)
-        The lane multipliers serve the rows (1) or the words (0).
+        The lane multipliers serve the rows (1) or the words (0): high in the cycle a
+        row is presented on ``rq``, low in the cycle after a word is presented on
+        ``i`` (the multipliers register their operands a cycle early).
     busy : Out(1)
         Words or rows are in flight: high from the cycle after one is presented until
         the cycle before its result is out (one cycle for a VPOOL word that does not
@@ -522,15 +531,16 @@ class VectorAlu(wiring.Component):
             m.d.sync += s1.eq(self.i.payload)
         s1_valid = _register(m, self.i.valid, "s1_valid", reset_less=False)
         s1_regs = _register(m, self.regs, "s1_regs")
+        # (The lane multipliers register their operands themselves, from the inputs of
+        # the row's and the word's operand registers: `row_next`, `opa_next`, ...)
+        row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
+        row_next = Signal(self.rq.payload.shape(), name="row_next")
+        m.d.comb += row_next.eq(self.rq.payload)
         if tail:
             # A row shifts its accumulators down a group per cycle until the next row.
-            row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
-            with m.If(self.rq.valid):
-                m.d.sync += row.eq(self.rq.payload)
-            with m.Else():
-                m.d.sync += row.acc.eq(_next_group(row.acc, group))
-        else:
-            row = _register(m, self.rq.payload, "row")
+            with m.If(~self.rq.valid):
+                m.d.comb += [row_next.eq(row), row_next.acc.eq(_next_group(row.acc, group))]
+        m.d.sync += row.eq(row_next)
         row_valid = _register(m, self.rq.valid, "row_valid", reset_less=False)
 
         # Stage 2: operands and reductions.
@@ -543,6 +553,9 @@ class VectorAlu(wiring.Component):
                      reset_less=True)
         opb = Signal(data.ArrayLayout(signed(9), lanes), name="s2_opb",    # x MULT_B
                      reset_less=True)
+        opa_next = Signal(opa.shape(), name="s2_opa_next")
+        opb_next = Signal(opb.shape(), name="s2_opb_next")
+        m.d.comb += [opa_next.eq(opa), opb_next.eq(opb)]
         word = Signal(data.ArrayLayout(signed(8), lanes), name="s2_word",  # unscaled results
                       reset_less=True)
 
@@ -660,17 +673,14 @@ class VectorAlu(wiring.Component):
         with m.Switch(op):
             with m.Case(VectorOp.VADD):
                 for j in range(lanes):
-                    m.d.sync += [
-                        opa[j].eq(a[j] - zp_a),
-                        opb[j].eq(s1.b[j] - s1_regs.zp_b),
+                    m.d.comb += [
+                        opa_next[j].eq(a[j] - zp_a),
+                        opb_next[j].eq(s1.b[j] - s1_regs.zp_b),
                     ]
             with m.Case(VectorOp.VPOOL):
                 for j in range(lanes):
-                    m.d.sync += [
-                        opa[j].eq(pooled[j]),
-                        opb[j].eq(0),
-                        word[j].eq(pooled[j]),
-                    ]
+                    m.d.comb += [opa_next[j].eq(pooled[j]), opb_next[j].eq(0)]
+                    m.d.sync += word[j].eq(pooled[j])
             with m.Case(VectorOp.VCLAMP):
                 # min(max(a, lo), hi) with the three comparisons side by side (one
                 # after the other, the two carry chains and their selections were the
@@ -684,26 +694,31 @@ class VectorAlu(wiring.Component):
         s2_pairs = _register(m, s1.pairs, "s2_pairs")
         s2_scaled = _register(m, (op == VectorOp.VADD) |
                               ((op == VectorOp.VPOOL) & s1.average), "s2_scaled")
+        s2_regs = Signal(VectorRegs, name="s2_regs", reset_less=True)
+        s2_regs_next = Signal(VectorRegs, name="s2_regs_next")
+        m.d.comb += s2_regs_next.eq(s1_regs)
         if tail:
             # A scaled word's operands and registers stay for its passes, the operands
             # shifting down a group per cycle (other words leave them alone).
-            s2_regs = Signal(VectorRegs, name="s2_regs", reset_less=True)
             scaled_in = s1_valid & ((op == VectorOp.VADD) |
                                     ((op == VectorOp.VPOOL) & s1.average & s1.last))
-            with m.If(scaled_in):
-                m.d.sync += s2_regs.eq(s1_regs)
-            with m.Else():
-                m.d.sync += [opa.eq(_next_group(opa, group)), opb.eq(_next_group(opb, group))]
-        else:
-            s2_regs = _register(m, s1_regs, "s2_regs")
+            with m.If(~scaled_in):
+                m.d.comb += [
+                    s2_regs_next.eq(s2_regs),
+                    opa_next.eq(_next_group(opa, group)),
+                    opb_next.eq(_next_group(opb, group)),
+                ]
+        m.d.sync += [opa.eq(opa_next), opb.eq(opb_next), s2_regs.eq(s2_regs_next)]
 
         # Stages 3..7 (a row's 2..6): (opa * MULT_A + opb * MULT_B), or a row's
-        # acc * mult, requantised, on the same multipliers (the lanes of a group).
-        rows = self.requant
-        prods = [_product_sum(m, rows, [(row.acc[j], row.mult)],
-                              [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
+        # acc * mult, requantised, on the same multipliers (the lanes of a group),
+        # which take their operands from the registers' inputs, `requant` with them.
+        prods = [_product_sum(m, self.requant, [(row_next.acc[j], row_next.mult)],
+                              [(opa_next[j], s2_regs_next.mult_a),
+                               (opb_next[j], s2_regs_next.mult_b)],
                               f"prod{j}")
                  for j in range(group)]
+        rows = _register(m, self.requant, "rows")      # with the operand registers
         shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), 2, f"scale_{name}")
                              for of_row, of_word, name in (
                                  (row.shift, s2_regs.shift, "shift"),
