@@ -269,6 +269,8 @@ class ComputeUnit(wiring.Component):
         # -- issue stage --------------------------------------------------------------
         idx = Signal(16)        # step (MATMUL), word, output (VPOOL) or row (REQUANT)
         total = Signal(16)      # steps of the current phase
+        more = Signal()         # idx != total: kept in a register, set with idx, so that
+                                # the port's enable does not wait for a comparison
         win_t = Signal(4)       # VPOOL: word of the window
         # Each operand port reads at a running pointer, the offset of the step's word,
         # stepped as the step advances by a stride chosen when the command is accepted
@@ -320,7 +322,7 @@ class ComputeUnit(wiring.Component):
         rows_phase = is_op[MicroOp.REQUANT] & ~load
 
         issuing = Signal()
-        m.d.comb += issuing.eq(running & ~rfault & (idx != total))
+        m.d.comb += issuing.eq(running & ~rfault & more)
         wait_pass = Signal()    # a scaled step waits for the multipliers' passes (below)
         issue_now = issuing & ~wait_pass
 
@@ -398,6 +400,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         win_t.eq(0),
                         idx.eq(idx + 1),
+                        more.eq(idx + 1 != total),
                         row_addr.eq(row_addr + vpool.in_step),
                         ptr_a.eq(row_addr + vpool.in_step),
                     ]
@@ -409,6 +412,7 @@ class ComputeUnit(wiring.Component):
             with m.Else():
                 m.d.sync += [
                     idx.eq(idx + 1),
+                    more.eq(idx + 1 != total),
                     ptr_a.eq(ptr_a + step_a),
                     ptr_b.eq(ptr_b + step_b),
                 ]
@@ -584,6 +588,7 @@ class ComputeUnit(wiring.Component):
             m.d.comb += squash.eq(1)
             m.d.sync += [
                 idx.eq(w_count),
+                more.eq(w_count != total),
                 ptr_a.eq(Mux(is_op[MicroOp.VPOOL], w_row, base_a + w_count)),
                 ptr_b.eq(base_b + w_count),
                 win_t.eq(0),
@@ -595,7 +600,7 @@ class ComputeUnit(wiring.Component):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
                 m.d.sync += [load.eq(0), idx.eq(0), ptr_a.eq(base_a), ptr_b.eq(base_b),
-                             total.eq(R)]
+                             total.eq(R), more.eq(1)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
 
@@ -624,6 +629,7 @@ class ComputeUnit(wiring.Component):
                 args.eq(pa),
                 part.eq(p.part),
                 idx.eq(0),
+                more.eq(1),         # every command that runs has a step
                 win_t.eq(0),
                 load.eq(0),
                 rfault.eq(0),

@@ -1,7 +1,7 @@
 """The control unit: runs a plan from the active plan bank and, for each CALL, the
 kernel in a slot, micro-instruction by micro-instruction."""
 
-from amaranth.hdl import Cat, Module, Signal, Mux
+from amaranth.hdl import Array, Cat, Module, Signal, Mux
 from amaranth.lib import wiring, data, enum, stream
 from amaranth.lib.wiring import In, Out
 
@@ -379,8 +379,15 @@ class ControlUnit(wiring.Component):
         fetched_outside = Signal()
         next_past = next_pc[pc_bits:].any()
         a_past = fetched.a[pc_bits:].any()
-        switched_past = (a_past | fetched_where[pc_bits:].any() |
-                         (fetched.a[:pc_bits] + fetched_where[:pc_bits])[pc_bits])
+        # SWITCH's tests are made against every index register at once and selected
+        # by `sel` after: the selection of the index register, then the carry of its
+        # sum with `a` (or its comparison with the length) from the store's word, was
+        # the ULX3S build's worst path (e2bfed1).
+        index_past = [self.index[i][pc_bits:].any() |
+                      (fetched.a[:pc_bits] + self.index[i][:pc_bits])[pc_bits]
+                      for i in range(INDEX_REGS)]
+        index_outside = [self.index[i] >= fetched.b for i in range(INDEX_REGS)]
+        switched_past = a_past | Array(index_past)[fetched.sel[:2]]
         m.d.comb += fetched_outside.eq(next_past)
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
@@ -425,7 +432,7 @@ class ControlUnit(wiring.Component):
             m.d.sync += [
                 illegal_plan.eq(fetched_illegal | cond_illegal),
                 where.eq(fetched_where),
-                where_outside.eq(fetched_where >= fetched.b),
+                where_outside.eq(Array(index_outside)[fetched.sel[:2]]),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
                 goto_outside.eq(fetched_outside),

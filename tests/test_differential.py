@@ -210,29 +210,55 @@ def test_vcfg_after_vcmp_keeps_the_flag(amaranth_pair):
 
 @pytest.mark.parametrize("table, past", [(SMALL.plan_depth - 4, False),
                                           (SMALL.plan_depth - 2, True)])
-def test_switch_past_the_bank(amaranth_pair, table, past):
-    """A SWITCH whose table starts inside the bank and whose entry (X0 = 2, from a
-    VARGMAX) lands past it faults, though neither the table's start nor the index is
-    past the bank alone (their PC bits carry); two entries lower it lands on the
-    bank's last instructions."""
+@pytest.mark.parametrize("reg", [0, 2])
+def test_switch_past_the_bank(amaranth_pair, table, past, reg):
+    """A SWITCH whose table starts inside the bank and whose entry (X0 or X2 = 2, from
+    a VARGMAX; the other index registers 0) lands past it faults, though neither the
+    table's start nor the index is past the bank alone (their PC bits carry); two
+    entries lower it lands on the bank's last instructions."""
     model, rtl = amaranth_pair
     wb, depth = SMALL.word_bytes, SMALL.plan_depth
     kernel = [dma_load(gmem=0, spad=0, cols=4), wait(),
-              vargmax(addr=0, n=4, index=0, lane=wb - 1), wait(compute=True), ret()]
-    plan = [call(0), switch(0, table, 4)] + [nop()] * (depth - 4) + [mark(5), done()]
+              vargmax(addr=0, n=4, index=reg, lane=wb - 1), wait(compute=True), ret()]
+    plan = [call(0), switch(reg, table, 4)] + [nop()] * (depth - 4) + [mark(5), done()]
     program = _minimal(kernel, plan)
     image = bytearray(program.gmem)
     for w, value in enumerate([-5, 3, 9, 1]):        # lane wb - 1: word 2 is the largest
         image[w * wb + wb - 1] = value & 0xFF
     program.gmem = bytes(image)
     result = check(model, rtl, program)
-    assert result["index"][0] == 2
+    assert result["index"][reg] == 2
     if past:
         fault = result["fault"]
         assert (fault["cause"], fault["plan_pc"], fault["addr"]) == \
             (FaultCause.PLAN_RANGE, 1, depth)
     else:
         assert result["fault"] is None and result["mark"] == 5
+
+
+@pytest.mark.parametrize("size, faults", [(3, False), (2, True)])
+def test_switch_range_of_its_own_index(amaranth_pair, size, faults):
+    """SWITCH on X2 = 2 (X0 = 0): a table of 2 entries faults with SWITCH_RANGE and the
+    index, one of 3 goes to its entry 2."""
+    model, rtl = amaranth_pair
+    wb = SMALL.word_bytes
+    kernel = [dma_load(gmem=0, spad=0, cols=4), wait(),
+              vargmax(addr=0, n=4, index=2, lane=wb - 1), vargmax(addr=0, n=1, index=0),
+              wait(compute=True), ret()]
+    plan = [call(0), switch(2, 4, size)] + [nop()] * 4 + [mark(7), done()]   # entry 2: pc 6
+    program = _minimal(kernel, plan)
+    image = bytearray(program.gmem)
+    for w, value in enumerate([-5, 3, 9, 1]):        # lane wb - 1: word 2 is the largest
+        image[w * wb + wb - 1] = value & 0xFF
+    program.gmem = bytes(image)
+    result = check(model, rtl, program)
+    assert (result["index"][2], result["index"][0]) == (2, 0)
+    if faults:
+        fault = result["fault"]
+        assert (fault["cause"], fault["plan_pc"], fault["addr"]) == \
+            (FaultCause.SWITCH_RANGE, 1, 2)
+    else:
+        assert result["fault"] is None and result["mark"] == 7
 
 
 # -- the model against Verilator and Icarus -----------------------------------------------
