@@ -208,6 +208,18 @@ def test_vcfg_after_vcmp_keeps_the_flag(amaranth_pair):
     assert result["flags"] == 0b100001 and result["index"][2] == 1
 
 
+def _argmax_program(kernel, plan):
+    """``_minimal(kernel, plan)`` with GMEM words 0..3 holding -5, 3, 9, 1 in their last
+    lane (word 2 the largest: a VARGMAX of that lane over them gives 2)."""
+    program = _minimal(kernel, plan)
+    wb = SMALL.word_bytes
+    image = bytearray(program.gmem)
+    for w, value in enumerate([-5, 3, 9, 1]):
+        image[w * wb + wb - 1] = value & 0xFF
+    program.gmem = bytes(image)
+    return program
+
+
 @pytest.mark.parametrize("table, past", [(SMALL.plan_depth - 4, False),
                                           (SMALL.plan_depth - 2, True)])
 @pytest.mark.parametrize("reg", [0, 2])
@@ -221,12 +233,7 @@ def test_switch_past_the_bank(amaranth_pair, table, past, reg):
     kernel = [dma_load(gmem=0, spad=0, cols=4), wait(),
               vargmax(addr=0, n=4, index=reg, lane=wb - 1), wait(compute=True), ret()]
     plan = [call(0), switch(reg, table, 4)] + [nop()] * (depth - 4) + [mark(5), done()]
-    program = _minimal(kernel, plan)
-    image = bytearray(program.gmem)
-    for w, value in enumerate([-5, 3, 9, 1]):        # lane wb - 1: word 2 is the largest
-        image[w * wb + wb - 1] = value & 0xFF
-    program.gmem = bytes(image)
-    result = check(model, rtl, program)
+    result = check(model, rtl, _argmax_program(kernel, plan))
     assert result["index"][reg] == 2
     if past:
         fault = result["fault"]
@@ -246,12 +253,7 @@ def test_switch_range_of_its_own_index(amaranth_pair, size, faults):
               vargmax(addr=0, n=4, index=2, lane=wb - 1), vargmax(addr=0, n=1, index=0),
               wait(compute=True), ret()]
     plan = [call(0), switch(2, 4, size)] + [nop()] * 4 + [mark(7), done()]   # entry 2: pc 6
-    program = _minimal(kernel, plan)
-    image = bytearray(program.gmem)
-    for w, value in enumerate([-5, 3, 9, 1]):        # lane wb - 1: word 2 is the largest
-        image[w * wb + wb - 1] = value & 0xFF
-    program.gmem = bytes(image)
-    result = check(model, rtl, program)
+    result = check(model, rtl, _argmax_program(kernel, plan))
     assert (result["index"][2], result["index"][0]) == (2, 0)
     if faults:
         fault = result["fault"]
