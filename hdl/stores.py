@@ -9,10 +9,10 @@ The host reads through a read port of its own, or (``shared_read``) through the
 control unit's, in the cycles the control unit does not read (``rd_en`` low): a block
 RAM with one read port then holds the store, half the iCE40 block RAMs of two.
 
-No read port reads a word in the cycle it is written: a host write of the word the
-control unit reads in that cycle is refused (besides the writes refused by policy,
-which cover what the control unit runs), and the host's own read never shares a cycle
-with its write. The bitstream builds rely on it: they tell Yosys that such a
+No read port reads a word in the cycle it is written: a host write into the bank or
+slot the control unit reads in that cycle is refused (besides the writes refused by
+policy, which cover what the control unit runs), and the host's own read never shares
+a cycle with its write. The bitstream builds rely on it: they tell Yosys that such a
 collision may read anything (``fusetile.host.fpga.UNDEFINED_COLLISIONS``), which
 spares the logic that would make it read the old word, on the path out of the block
 RAM.
@@ -82,9 +82,13 @@ class _StoreBase(wiring.Component):
         in_range = unit < window.units
         mem_addr = Cat(index, unit)
         write = access & bus.we
-        # A write of the word the control unit reads in the same cycle is refused as
-        # well, so that no read ever meets a write of its word (module docstring).
-        refused = refuse(unit) | (rd_en & (rd_addr == mem_addr))
+        # A write into the bank or slot the control unit reads in the same cycle is
+        # refused as well, so that no read ever meets a write of its word (module
+        # docstring). (The bank or slot is the one it runs, whose writes are refused
+        # anyway, but for the first fetch of a CALL or a swap; comparing it rather
+        # than the whole address keeps the fetch's address off the write enable.)
+        rd_unit = rd_addr[window.index_bits:]
+        refused = refuse(unit) | (rd_en & (rd_unit == unit))
         write_ok = write & in_range & (bus.sel == 0xF) & ~refused
 
         m.d.comb += [
@@ -136,8 +140,8 @@ class PlanStore(_StoreBase):
     Host window (mapped at PLAN_BASE, ``2 * span`` bytes, ``span =
     pow2ceil(plan_depth * 8)``): word ``2*i`` of a bank is bits [31:0] of its
     instruction ``i``, word ``2*i + 1`` bits [63:32]. Reads are allowed at any time.
-    Writes with ``sel != 0xF``, and writes to the active bank or to the instruction
-    the control unit reads in that cycle, are answered with ERR and leave the memory
+    Writes with ``sel != 0xF``, and writes to the active bank or to the bank the
+    control unit reads in that cycle, are answered with ERR and leave the memory
     unchanged; the latter also pulse ``refused`` (in the cycle of the ERR). Every access is answered one cycle after ``stb`` is seen, except a
     read with ``shared_read``, which waits while ``rd_en`` is high.
 
@@ -162,7 +166,7 @@ class PlanStore(_StoreBase):
     rd_pc : In(range(plan_depth))
     rd_en : In(1)
         Read instruction ``rd_pc`` of bank ``rd_bank``: the control unit uses the word
-        (a host write of it in this cycle is refused). Without ``shared_read`` the
+        (a host write into that bank in this cycle is refused). Without ``shared_read`` the
         port reads ``rd_pc`` every cycle; ``rd_en`` only marks the reads that count.
     rd_data : Out(64)
         The instruction read, valid the cycle after ``rd_en`` (not held otherwise).
@@ -220,7 +224,7 @@ class KernelStore(_StoreBase):
     time. Accesses to slots ``>= kernel_slots`` and writes with ``sel != 0xF`` are
     answered with ERR; while ``lock`` is high, writes to slot ``locked_slot`` are
     answered with ERR, leave the memory unchanged and pulse ``refused``, as is a write
-    to the instruction the control unit reads in that cycle. Every access
+    to the slot the control unit reads in that cycle. Every access
     is answered one cycle after ``stb`` is seen, except a read with ``shared_read``,
     which waits while ``rd_en`` is high.
 
