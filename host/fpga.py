@@ -69,8 +69,8 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 # registers, and a multiplexer after the RAM's output picks the late write's word on
 # a collision. That multiplexer sits on every path out of the RAM, after its 5.6 ns
 # clock-to-output on the ULX3S (e2bfed1's routed worst path started with it). The
-# instruction stores never read a word in the cycle the host writes it (writes to the
-# active plan bank and the executing kernel slot are refused, and the host's own read
+# instruction stores never read a word in the cycle the host writes it (they refuse a
+# host write into the bank or slot the control unit reads, and the host's own read
 # shares no cycle with its write: `hdl/stores.py`), so their read ports are declared
 # not to care, which Amaranth cannot say (the netlist's COLLISION_X_MASK): no
 # emulation. The patterns match the board tops (`fusetile.core.tile.*`) and the cores
