@@ -8,14 +8,6 @@ refused with ERR and reported on ``refused``.
 The host reads through a read port of its own, or (``shared_read``) through the
 control unit's, in the cycles the control unit does not read (``rd_en`` low): a block
 RAM with one read port then holds the store, half the iCE40 block RAMs of two.
-
-No read port reads a word in the cycle it is written: a host write into the bank or
-slot the control unit reads in that cycle is refused (besides the writes refused by
-policy, which cover what the control unit runs), and the host's own read never shares
-a cycle with its write. The bitstream builds rely on it: they tell Yosys that such a
-collision may read anything (``fusetile.host.fpga.UNDEFINED_COLLISIONS``), which
-spares the logic that would make it read the old word, on the path out of the block
-RAM.
 """
 
 from amaranth.hdl import Module, Signal, Cat, Mux
@@ -82,14 +74,7 @@ class _StoreBase(wiring.Component):
         in_range = unit < window.units
         mem_addr = Cat(index, unit)
         write = access & bus.we
-        # A write into the bank or slot the control unit reads in the same cycle is
-        # refused as well, so that no read ever meets a write of its word (module
-        # docstring). (The bank or slot is the one it runs, whose writes are refused
-        # anyway, but for the first fetch of a CALL or a swap; comparing it rather
-        # than the whole address keeps the fetch's address off the write enable.)
-        rd_unit = rd_addr[window.index_bits:]
-        refused = refuse(unit) | (rd_en & (rd_unit == unit))
-        write_ok = write & in_range & (bus.sel == 0xF) & ~refused
+        write_ok = write & in_range & (bus.sel == 0xF) & ~refuse(unit)
 
         m.d.comb += [
             host_w.addr.eq(mem_addr),
@@ -110,22 +95,20 @@ class _StoreBase(wiring.Component):
                 ctrl_r.en.eq(rd_en | host_read),
             ]
         else:
-            # The control unit's port reads every cycle (no enable logic in front of
-            # the block RAM); `rd_en` says which reads it uses.
             m.d.comb += [
                 host_r.addr.eq(mem_addr),
                 host_r.en.eq(host_read),
                 ctrl_r.addr.eq(rd_addr),
+                ctrl_r.en.eq(rd_en),
             ]
 
         ok = Mux(bus.we, write_ok, in_range)
         m.d.sync += [
             bus.ack.eq(access & ok),
             bus.err.eq(access & ~ok),
-            # Only writes that are in range, whole-word, and refused (by policy, or
-            # meeting the control unit's read) count:
+            # Only writes that are in range, whole-word, and refused by policy count:
             # malformed accesses are plain bus errors.
-            self.refused.eq(write & in_range & (bus.sel == 0xF) & refused),
+            self.refused.eq(write & in_range & (bus.sel == 0xF) & refuse(unit)),
         ]
         read_word = Signal(max(window.word_bits, 1))
         with m.If(access):
@@ -140,9 +123,9 @@ class PlanStore(_StoreBase):
     Host window (mapped at PLAN_BASE, ``2 * span`` bytes, ``span =
     pow2ceil(plan_depth * 8)``): word ``2*i`` of a bank is bits [31:0] of its
     instruction ``i``, word ``2*i + 1`` bits [63:32]. Reads are allowed at any time.
-    Writes with ``sel != 0xF``, and writes to the active bank or to the bank the
-    control unit reads in that cycle, are answered with ERR and leave the memory
-    unchanged; the latter also pulse ``refused`` (in the cycle of the ERR). Every access is answered one cycle after ``stb`` is seen, except a
+    Writes with ``sel != 0xF``, and writes to the active bank, are answered with ERR
+    and leave the memory unchanged; the latter also pulse ``refused`` (in the cycle
+    of the ERR). Every access is answered one cycle after ``stb`` is seen, except a
     read with ``shared_read``, which waits while ``rd_en`` is high.
 
     Parameters
@@ -165,9 +148,7 @@ class PlanStore(_StoreBase):
     rd_bank : In(1)
     rd_pc : In(range(plan_depth))
     rd_en : In(1)
-        Read instruction ``rd_pc`` of bank ``rd_bank``: the control unit uses the word
-        (a host write into that bank in this cycle is refused). Without ``shared_read`` the
-        port reads ``rd_pc`` every cycle; ``rd_en`` only marks the reads that count.
+        Read instruction ``rd_pc`` of bank ``rd_bank``.
     rd_data : Out(64)
         The instruction read, valid the cycle after ``rd_en`` (not held otherwise).
 
@@ -223,8 +204,7 @@ class KernelStore(_StoreBase):
     micro-instruction ``i``, least significant word first. Reads are allowed at any
     time. Accesses to slots ``>= kernel_slots`` and writes with ``sel != 0xF`` are
     answered with ERR; while ``lock`` is high, writes to slot ``locked_slot`` are
-    answered with ERR, leave the memory unchanged and pulse ``refused``, as is a write
-    to the slot the control unit reads in that cycle. Every access
+    answered with ERR, leave the memory unchanged and pulse ``refused``. Every access
     is answered one cycle after ``stb`` is seen, except a read with ``shared_read``,
     which waits while ``rd_en`` is high.
 
@@ -247,7 +227,7 @@ class KernelStore(_StoreBase):
     rd_upc : In(range(slot_depth))
     rd_en : In(1)
         Read micro-instruction ``rd_upc`` of slot ``rd_slot`` (which must be
-        ``< kernel_slots``; other slots read undefined data), as ``PlanStore.rd_en``.
+        ``< kernel_slots``; other slots read undefined data).
     rd_data : Out(128)
         The micro-instruction read, valid the cycle after ``rd_en`` (not held otherwise).
 

@@ -160,14 +160,16 @@ class Tile(wiring.Component):
 
             plans.rd_bank.eq(ctrl.plan_rd_bank),
             plans.rd_pc.eq(ctrl.plan_rd_pc),
-            plans.rd_en.eq(ctrl.plan_rd_en),
+            # With a port of their own the stores read every cycle (no enable logic in
+            # front of the block RAM); shared, only when the control unit fetches.
+            plans.rd_en.eq(ctrl.plan_rd_en if shared else 1),
             ctrl.plan_rd_data.eq(plans.rd_data),
             plans.active_bank.eq(ctrl.active_bank),
             plans.lock_all.eq(ctrl.plan_lock_all),
 
             kernels.rd_slot.eq(ctrl.kern_rd_slot),
             kernels.rd_upc.eq(ctrl.kern_rd_upc),
-            kernels.rd_en.eq(ctrl.kern_rd_en),
+            kernels.rd_en.eq(ctrl.kern_rd_en if shared else 1),
             ctrl.kern_rd_data.eq(kernels.rd_data),
             kernels.lock.eq(ctrl.in_kernel),
             kernels.locked_slot.eq(ctrl.slot),
