@@ -226,8 +226,9 @@ def tile_memory_map(config):
     for i in range(config.partitions):
         reg(Register(f"PART[{i}]", [
                 Field("base", 16, RW, doc="First scratchpad word: a multiple of spad_banks "
-                      "(from register map 0.4; a partition that starts elsewhere "
-                      "has no words: every access to it faults)."),
+                                          "(from register map 0.4; a partition that starts "
+                                          "elsewhere has no words: every access to it "
+                                          "faults)."),
                 Field("length", 16, RW, doc="Words; offsets >= length fault."),
             ], f"Scratchpad partition {i}."), PART_TABLE_BASE + 4 * i, group="part", index=i)
     for i in range(config.kernel_slots):

@@ -14,9 +14,10 @@ which is looked up once, when the open partition changes, and kept in registers.
 access to another partition, at or beyond the partition's length, to a partition that
 does not exist (or does not start at a multiple of ``spad_banks``), or past the end
 of the scratchpad is *not performed* and reported on the port's ``fault`` in the same
-cycle. This is what keeps a kernel from corrupting a neighbour's data. (The lookup was made per access and per port before: an eight-way
-selection of base and length on every unit's path into the banks, the longest paths
-of the ULX3S build; docs/fpga.md, step 15.)
+cycle. This is what keeps a kernel from corrupting a neighbour's data. (The lookup
+was made per access and per port before: an eight-way selection of base and length
+on every unit's path into the banks, the longest paths of the ULX3S build;
+docs/fpga.md, step 15.)
 
 Units reach the scratchpad through ports of fixed priority. Each bank has one read
 and one write port, so two ports that read (or write) the same bank in the same cycle
