@@ -43,21 +43,10 @@ def _check_config(config):
         raise TypeError(f"config must be a TileConfig, not {config!r}")
 
 
-def _power_of_two(n):
-    return n & (n - 1) == 0
-
-
-def _aligned(word, banks):
-    """``word`` is the first word of a row of the banks (a multiple of ``banks``)."""
-    if _power_of_two(banks):
-        return word[:(banks - 1).bit_length()] == 0 if banks > 1 else 1
-    return word % banks == 0
-
-
 def _bank_row(word, config):
     """(bank, row) of scratchpad word ``word`` (or of an offset from a row's start)."""
     banks = config.spad_banks
-    if _power_of_two(banks):
+    if banks & (banks - 1) == 0:
         bank_bits = (banks - 1).bit_length()
         return word[:bank_bits], word[bank_bits:]
     return word % banks, word // banks
@@ -231,7 +220,8 @@ class Scratchpad(wiring.Component):
             base, length = self.part_base[p], self.part_len[p]
             room = Signal(17, name=f"part{p}_room")      # words from base to the end
             limit = Signal(17, name=f"part{p}_limit")
-            m.d.comb += room.eq(Mux((base < cfg.spad_words) & _aligned(base, cfg.spad_banks),
+            aligned = _bank_row(base, cfg)[0] == 0      # the first word of a row
+            m.d.comb += room.eq(Mux((base < cfg.spad_words) & aligned,
                                     cfg.spad_words - base, 0))
             m.d.sync += limit.eq(Mux(length < room, length, room))
             limits.append(limit)

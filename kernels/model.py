@@ -1150,13 +1150,10 @@ class TileModel:
         self.now = end
 
     # -- compute micro-instructions ------------------------------------------------------
-    def _part_limit(self):
-        """The number of offsets inside the calling slot's partition (as the
-        scratchpad's ``limit``: 0 for a partition that does not exist or does not start
-        at a multiple of ``spad_banks``)."""
-        return self._limit(self.part)
-
     def _limit(self, part):
+        """The number of offsets inside partition ``part`` (as the scratchpad's
+        ``limit``: 0 for a partition that does not exist or does not start at a
+        multiple of ``spad_banks``)."""
         cfg = self.config
         if part >= cfg.partitions:
             return 0
@@ -1198,7 +1195,7 @@ class TileModel:
         calling slot's partition."""
         if illegal_operands(op, f, self.config):
             return FaultCause.ILLEGAL_MICRO, bits & _MASK32, 0
-        limit = self._part_limit()
+        limit = self._limit(self.part)
         for end in operand_ends(op, f, self.config):
             if end >= limit:
                 return FaultCause.PARTITION, end & _MASK32, self.part

@@ -196,19 +196,20 @@ def _blocks(steps):
     return " > ".join(out)
 
 
-def _register_name(name):
-    """A net bit's name without its bit index."""
-    return re.sub(r"\[\d+\]$", "", name)
+def _endpoint(name, port):
+    """An endpoint's register and port: a net bit's name without its bit index."""
+    return re.sub(r"\[\d+\]$", "", name) + "." + port
 
 
 def _once(ends):
-    """``ends`` with each register's bits and each port once (its worst bit)."""
+    """``ends`` with each register's bits and each port once (its worst bit), as
+    (delay, endpoint, bit)."""
     seen = set()
-    for end in ends:
-        key = _register_name(end[1]) + "." + end[2]
+    for t, name, port, bit in ends:
+        key = _endpoint(name, port)
         if key not in seen:
             seen.add(key)
-            yield end
+            yield t, key, bit
 
 
 def main(argv=None):
@@ -242,7 +243,7 @@ def main(argv=None):
         return
     if args.histogram:
         bins = collections.Counter()
-        for t, name, port, _ in _once(ends):
+        for t, _, _ in _once(ends):
             bins[min(14, max(6, int(t // 2) * 2))] += 1
         for low in (14, 12, 10, 8, 6):
             span = f">= {low}" if low == 14 else f"< {low + 2}" if low == 6 else \
@@ -251,7 +252,7 @@ def main(argv=None):
         return
     shown, starts = 0, set()
     print(f"{'ns':>5} {'nets':>5}  endpoint (bits of one register shown once)")
-    for t, name, port, bit in _once(ends):
+    for t, key, bit in _once(ends):
         steps = netlist.path(bit)
         if args.by_start:
             start = _blocks(steps).split(" > ")[0]
@@ -259,7 +260,6 @@ def main(argv=None):
                 continue
             starts.add(start)
         shown += 1
-        key = _register_name(name) + "." + port
         print(f"{t:5.1f} {len(steps):5d}  {key}\n{'':13}via {_blocks(steps)}")
         if shown == args.top:
             break
