@@ -95,6 +95,12 @@ class ControlUnit(wiring.Component):
     kern_rd_en : Out(1)
         As ``plan_rd_en``, for the kernel store and a micro-instruction fetch.
     kern_rd_data : In(128)
+    slot_lock : Out(1)
+    locked_slot : Out(4)
+        Host writes to slot ``locked_slot`` must be refused while ``slot_lock`` is high:
+        the executing slot, and in a CALL's execution cycle the slot it calls. Every
+        kernel store read the control unit uses is of that slot, and both come from
+        registers (no fetch or fault decision in front of the store's write enable).
     dma_push : Out(stream.Signature(QueuedDmaCommand))
         To the DMA queue.
     dma_outstanding : In(DMA_TOKENS)
@@ -179,6 +185,7 @@ class ControlUnit(wiring.Component):
             "plan_rd_data": In(64),
             "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_en": Out(1),
             "kern_rd_data": In(128),
+            "slot_lock": Out(1), "locked_slot": Out(4),
             "dma_push": Out(stream.Signature(QueuedDmaCommand)),
             "dma_outstanding": In(4),
             "compute_cmd": Out(stream.Signature(ComputeCommand)),
@@ -355,6 +362,18 @@ class ControlUnit(wiring.Component):
         # An explicit state register rather than m.FSM: faults and misses from any
         # state are one override at the end instead of a check in every state.
         state = Signal(_State)
+
+        # The stores refuse host writes into what the control unit reads, so that no
+        # read meets a write of its word (`hdl/stores.py`). The plan fetches read the
+        # active bank or, under `plan_lock_all`, either; the kernel fetches read the
+        # executing slot, and a CALL's execution cycle the first micro-instruction of
+        # the slot it calls, whatever it then decides (a fault, a miss).
+        calling = Signal()
+        m.d.comb += [
+            calling.eq((state == _State.PLAN_EXEC) & (plan.op == PlanOp.CALL)),
+            self.slot_lock.eq(self.in_kernel | calling),
+            self.locked_slot.eq(Mux(self.in_kernel, self.slot, plan.sel)),
+        ]
 
         # -- plan predecode: the fetch cycle works out where the instruction goes -----
         # (from the word out of the store), so that executing it starts from

@@ -8,6 +8,17 @@ refused with ERR and reported on ``refused``.
 The host reads through a read port of its own, or (``shared_read``) through the
 control unit's, in the cycles the control unit does not read (``rd_en`` low): a block
 RAM with one read port then holds the store, half the iCE40 block RAMs of two.
+
+No read the control unit uses meets a host write of its word: the writes refused by
+policy cover everything it reads, when it reads it (the active plan bank, or both
+while ``lock_all``; the kernel slot ``locked_slot`` while ``lock``, which the control
+unit sets from registers for the slot it executes and the one a CALL fetches from),
+and the host's own read never shares a cycle with its write. The bitstream builds rely
+on it: they tell Yosys that such a collision may read anything
+(``fusetile.host.fpga.UNDEFINED_COLLISIONS``), which spares the logic that would make
+it read the old word, on the path out of the block RAM. (A port that reads every
+cycle, ``shared_read`` off, may read a word being written in a cycle whose word the
+control unit does not use.)
 """
 
 from amaranth.hdl import Module, Signal, Cat, Mux
@@ -220,7 +231,8 @@ class KernelStore(_StoreBase):
         Host window, word address relative to SLOT_BASE.
     lock : In(1)
     locked_slot : In(4)
-        While ``lock``, host writes to ``locked_slot`` are refused (the executing slot).
+        While ``lock``, host writes to ``locked_slot`` are refused (the executing slot,
+        or the slot a CALL fetches from: ``ControlUnit.slot_lock``).
     refused : Out(1)
         One-cycle pulse per refused write, aligned with its ERR.
     rd_slot : In(4)

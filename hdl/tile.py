@@ -171,8 +171,8 @@ class Tile(wiring.Component):
             kernels.rd_upc.eq(ctrl.kern_rd_upc),
             kernels.rd_en.eq(ctrl.kern_rd_en if shared else 1),
             ctrl.kern_rd_data.eq(kernels.rd_data),
-            kernels.lock.eq(ctrl.in_kernel),
-            kernels.locked_slot.eq(ctrl.slot),
+            kernels.lock.eq(ctrl.slot_lock),
+            kernels.locked_slot.eq(ctrl.locked_slot),
 
             trace.push.eq(ctrl.trace_push),
             trace.record.eq(ctrl.trace_record),

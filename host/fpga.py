@@ -26,8 +26,8 @@ from ..hdl.board import BoardTop, DEFAULT_BAUD, LED_MEANINGS, board as find_boar
 from ..kernels.config import TileConfig
 
 
-__all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING", "tool_environment",
-           "build", "program", "parse_report", "parse_yosys_stat"]
+__all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS",
+           "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
@@ -63,8 +63,23 @@ ECP5_LUT_MAPPING = ["techmap -map +/lattice/latches_map.v", "abc -lut 4", "clean
 ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
                      "ice40_wrapcarry -unwrap", "techmap -map +/ice40/ff_map.v", "clean",
                      "opt_lut -tech ice40"]
+# Amaranth declares what a block RAM read returns when the same word is written in that
+# cycle (the old word), and Yosys emulates it on every RAM whose two ports do not
+# promise it (all of ECP5's and iCE40's): the write goes a cycle later, through
+# registers, and a multiplexer after the RAM's output picks the late write's word on
+# a collision. That multiplexer sits on every path out of the RAM, after its 5.6 ns
+# clock-to-output on the ULX3S (e2bfed1's routed worst path started with it). The
+# instruction stores never use a word read in the cycle the host writes it (the writes
+# they refuse cover every fetch, and the host's own read shares no cycle with its
+# write: `hdl/stores.py`, asserted in every cycle of `tests/test_differential.py`), so
+# their read ports are declared not to care, which Amaranth cannot say (the netlist's
+# COLLISION_X_MASK): no emulation. The patterns match the board tops (`fusetile.core.tile.*`) and the cores
+# the scripts map alone (`fusetile.tile.*`).
+UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
+                        "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2"]
 _SYNTH_OPTIONS = {
     "ecp5": {
+        "script_after_read": "\n".join(UNDEFINED_COLLISIONS),
         "synth_opts": "-run begin:map_luts",
         "script_after_synth": "\n".join([
             *ECP5_LUT_MAPPING,
@@ -72,7 +87,7 @@ _SYNTH_OPTIONS = {
         ]),
     },
     # The UP5K's eight SB_MAC16 take multipliers only when asked.
-    "ice40": {"synth_opts": "-dsp"},
+    "ice40": {"script_after_read": "\n".join(UNDEFINED_COLLISIONS), "synth_opts": "-dsp"},
 }
 
 

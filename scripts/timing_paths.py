@@ -63,6 +63,7 @@ def synthesize(board_name, out):
         raise SystemExit(f"{board_name}: only the ECP5 flow is modelled")
     options = _SYNTH_OPTIONS["ecp5"]
     map_core(board, board.config, out, [
+        options["script_after_read"],
         f"synth_ecp5 -top fusetile {options['synth_opts']}",
         options["script_after_synth"],
         "write_json mapped.json",

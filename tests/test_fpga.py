@@ -12,9 +12,11 @@ import json
 import re
 import subprocess
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
@@ -471,6 +473,51 @@ def _cell(type_, ins, outs, **params):
     ports = {**{p: "input" for p in ins}, **{p: "output" for p in outs}}
     return {"type": type_, "parameters": params, "port_directions": ports,
             "connections": {**ins, **outs}}
+
+
+def _core_rtlil():
+    """The iCEBreaker's core (the tile and its bridge) as RTLIL, its stores built with a
+    read port each for the host and the control unit."""
+    b = board("icebreaker")
+    _, divisor = b.clock_plan(None, 115200)
+    core = BoardCore(b.config, divisor=divisor, leds=b.leds, gmem_ports=b.gmem_ports,
+                     store_ports="dual", trace_width=b.trace_width)
+    return rtlil.convert(core, name="fusetile")
+
+
+def test_collision_patterns_name_the_instruction_stores():
+    """`fpga.UNDEFINED_COLLISIONS` selects the RAM read ports of the modules its
+    patterns match: of the core's modules with read ports, those are the plan and
+    kernel stores and nothing else (Yosys' own run of it: the slow test below)."""
+    patterns = re.findall(r"(\S+)/t:\$memrd_v2", " ".join(fpga.UNDEFINED_COLLISIONS))
+    with_reads = set()
+    for block in _core_rtlil().split("\nmodule ")[1:]:
+        name = block.split(None, 1)[0].lstrip("\\")
+        if "cell $memrd_v2" in block:
+            with_reads.add(name)
+    assert len(with_reads) > 5      # the scratchpad's banks, GMEM, the counters, ...
+    assert {m for m in with_reads if any(fnmatch(m, p) for p in patterns)} == {
+        "fusetile.tile.plans", "fusetile.tile.kernels"}
+
+
+@pytest.mark.slow
+def test_only_the_instruction_stores_ignore_collisions(tmp_path):
+    """The build's declaration that a read colliding with a write may return anything
+    (`fpga.UNDEFINED_COLLISIONS`, run after Yosys reads the design) reaches the read
+    ports of the plan and kernel stores, every one of them, and no other RAM's."""
+    (tmp_path / "core.il").write_text(_core_rtlil())
+    (tmp_path / "t.ys").write_text("\n".join(
+        ["read_rtlil core.il", *fpga.UNDEFINED_COLLISIONS, "proc", "write_json t.json"]))
+    yosys = fpga.tool_environment("ice40")["YOSYS"]
+    subprocess.run([yosys, "-q", "t.ys"], cwd=tmp_path, check=True)
+    ports = {}                                  # module -> COLLISION_X_MASK of each read port
+    for name, module in json.loads((tmp_path / "t.json").read_text())["modules"].items():
+        for cell in module["cells"].values():
+            if cell["type"] == "$memrd_v2":
+                ports.setdefault(name, []).append(int(cell["parameters"]["COLLISION_X_MASK"], 2))
+    assert {m: masks for m, masks in ports.items() if any(masks)} == {
+        "fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1]}
+    assert len(ports) > 5       # the scratchpad's banks, GMEM, the counters, ... untouched
 
 
 def test_timing_paths_ranks_the_longest_path(tmp_path):
