@@ -182,7 +182,10 @@ class UartBridge(wiring.Component):
             buf_w.addr.eq(idx),
             bus.adr.eq(addr[:aw]),
             bus.we.eq(is_write),
-            bus.dat_w.eq(buf_r.data),
+            # The burst buffer's words go out from a register (EXEC_LOAD, RESP_LOAD),
+            # not from the block RAM's output: its clock-to-output is most of a cycle
+            # on the ULX3S (docs/fpga.md, step 28).
+            bus.dat_w.eq(word),
             bus.sel.eq(0b1111),
         ]
 
@@ -285,7 +288,11 @@ class UartBridge(wiring.Component):
                 with m.If(out_of_range):
                     respond(Status.BUS_ERROR, idx)
                 with m.Else():
-                    m.next = "EXEC_WAIT"
+                    m.next = "EXEC_LOAD"
+
+            with m.State("EXEC_LOAD"):
+                m.d.sync += word.eq(buf_r.data)
+                m.next = "EXEC_WAIT"
 
             with m.State("EXEC_WAIT"):
                 m.d.comb += [bus.cyc.eq(1), bus.stb.eq(1)]
@@ -325,12 +332,17 @@ class UartBridge(wiring.Component):
                         m.next = "RESP_CRC"
 
             with m.State("RESP_FETCH"):
-                # buf_r reads word ``idx``; its data is there in RESP_DATA.
+                # buf_r reads word ``idx``; RESP_LOAD registers it.
+                m.next = "RESP_LOAD"
+
+            with m.State("RESP_LOAD"):
+                m.d.sync += word.eq(buf_r.data)
                 m.next = "RESP_DATA"
 
             with m.State("RESP_DATA"):
-                with send(buf_r.data.word_select(nbyte, 8)):
-                    m.d.sync += nbyte.eq(nbyte + 1)
+                # Little-endian: the word shifts down a byte per byte sent.
+                with send(word[:8]):
+                    m.d.sync += [word.eq(word[8:]), nbyte.eq(nbyte + 1)]
                     with m.If(nbyte == 3):
                         m.d.sync += idx.eq(idx + 1)
                         with m.If(idx == last):
