@@ -18,12 +18,13 @@ __all__ = ["ControlUnit", "ControlEvents"]
 
 class _State(enum.Enum):
     IDLE        = 0
-    PLAN_FETCH  = 1   # plan instruction address presented; data next cycle
+    PLAN_FETCH  = 1   # the store's word out: the instruction register takes it
     PLAN_EXEC   = 2
     MICRO_FETCH = 3
     MICRO_EXEC  = 4
     FAULT       = 5
     PUBLISH     = 6   # COMMIT hit: staged stores drain into GMEM
+    PLAN_DECODE = 7   # from the instruction register: where it goes, whether legal
 
 
 class ControlEvents(data.Struct):
@@ -375,12 +376,13 @@ class ControlUnit(wiring.Component):
             self.locked_slot.eq(Mux(self.in_kernel, self.slot, plan.sel)),
         ]
 
-        # -- plan predecode: the fetch cycle works out where the instruction goes -----
-        # (from the word out of the store), so that executing it starts from
-        # registers. The flags and index registers it reads do not change between
-        # the two cycles: only the compute unit writes them, and it is idle between
-        # kernel calls.
-        fetched = PlanInstr(self.plan_rd_data)
+        # -- plan predecode: a cycle between fetch and execution works out where the ----
+        # instruction goes, so that executing it starts from registers. It decodes the
+        # instruction register, not the store's output: a block RAM's clock-to-output
+        # leaves no room for logic after it (docs/fpga.md, step 28). The flags and
+        # index registers it reads do not change between decode and execution: only
+        # the compute unit writes them, and it is idle between kernel calls.
+        fetched = PlanInstr(plan_ir)
         fetched_where = Signal(16)
         fetched_taken = Signal()
         fetched_target = Signal(25)
@@ -390,8 +392,8 @@ class ControlUnit(wiring.Component):
             fetched_target.eq(next_pc),
         ]
         # Whether the target is past the bank, tested on each candidate beside the
-        # selection (the store's output, through the flag test, chose a target and
-        # then compared it: the longest path into the control unit). plan_depth is a
+        # selection (the instruction, through the flag test, chose a target and then
+        # compared it: once the longest path into the control unit). plan_depth is a
         # power of two: a value is past the bank when a bit above its PC bits is set,
         # and a sum of two such values also when their PC bits carry.
         pc_bits = (cfg.plan_depth - 1).bit_length()
@@ -401,7 +403,7 @@ class ControlUnit(wiring.Component):
         # SWITCH's tests are made against every index register at once and selected
         # by `sel` after: the selection of the index register, then the carry of its
         # sum with `a` (or its comparison with the length) from the store's word, was
-        # the ULX3S build's worst path (e2bfed1).
+        # the ULX3S build's worst path (e2bfed1, from the store's output then).
         index_past = [self.index[i][pc_bits:].any() |
                       (fetched.a[:pc_bits] + self.index[i][:pc_bits])[pc_bits]
                       for i in range(INDEX_REGS)]
@@ -419,7 +421,7 @@ class ControlUnit(wiring.Component):
                              fetched_outside.eq(switched_past)]
         # Whether the instruction is illegal: an operand out of its range, or ASSUME,
         # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
-        # change between the fetch and the execution either: only a miss changes it
+        # change between the decode and the execution either: only a miss changes it
         # outside PLAN_EXEC, and a miss fetches again.)
         fetched_illegal = Signal()
         with m.Switch(fetched.op):
@@ -447,7 +449,7 @@ class ControlUnit(wiring.Component):
         taken = Signal()            # BRANCH: the flag has the value that takes it
         goto = Signal(25)           # the plan PC the instruction goes to
         goto_outside = Signal()     # ... outside the plan bank
-        with m.If(state == _State.PLAN_FETCH):
+        with m.If(state == _State.PLAN_DECODE):
             m.d.sync += [
                 illegal_plan.eq(fetched_illegal | cond_illegal),
                 where.eq(fetched_where),
@@ -458,23 +460,24 @@ class ControlUnit(wiring.Component):
             ]
 
         # -- the operand check of compute micro-instructions ------------------------------
-        # It takes the word the kernel store reads out, the one MICRO_FETCH registers,
-        # and answers in the cycle after: MICRO_EXEC's first, which registers it.
+        # It takes the instruction register (not the kernel store's output, which
+        # leaves no room for logic after the block RAM: docs/fpga.md, step 28) in
+        # MICRO_EXEC's first cycle and answers in the second, which registers it.
         m.submodules.operand_check = check = OperandCheck(cfg)
-        fetched_micro = MicroInstr(self.kern_rd_data)
-        m.d.comb += [check.op.eq(fetched_micro.op), check.args.eq(fetched_micro.args),
+        m.d.comb += [check.op.eq(micro.op), check.args.eq(micro.args),
                      check.limit.eq(self.part_limit)]
+        checking = Signal()         # the check's first stage has the instruction
         checked = Signal()          # the instruction in MICRO_EXEC has been checked
         check_illegal = Signal()
         check_used = Signal.like(check.used)
         check_ends = Signal.like(check.ends)
         with m.If(state != _State.MICRO_EXEC):
-            m.d.sync += checked.eq(0)
+            m.d.sync += [checking.eq(0), checked.eq(0)]
         # Which operands end outside the slot's partition (the check's comparison),
         # registered with the ends. The extent is registered in the scratchpad: CALL
-        # sets the slot two cycles before the check cycle (MICRO_FETCH between), and
-        # the extent follows a cycle after the slot, so the check cycle compares with
-        # the slot's own extent.
+        # sets the slot three cycles before the check's answer (MICRO_FETCH and the
+        # check's first cycle between), and the extent follows a cycle after the slot,
+        # so the check compares with the slot's own extent.
         outside = Signal(len(check_used))
         outside_end = Signal(32)    # the end of the first operand outside the partition
         for i in reversed(range(len(check_used))):
@@ -540,7 +543,10 @@ class ControlUnit(wiring.Component):
                 with m.If(rolling_back & resume_outside):
                     raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
                 with m.Else():
-                    m.d.sync += state.eq(_State.PLAN_EXEC)
+                    m.d.sync += state.eq(_State.PLAN_DECODE)
+
+            with m.Case(_State.PLAN_DECODE):
+                m.d.sync += state.eq(_State.PLAN_EXEC)
 
             with m.Case(_State.PLAN_EXEC):
                 with m.If(illegal_plan):
@@ -658,12 +664,15 @@ class ControlUnit(wiring.Component):
                     with m.Case(MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT,
                                 MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP,
                                 MicroOp.VARGMAX, MicroOp.VCFG):
-                        # The first cycle registers the operand check. The compute unit
+                        # The first two cycles check the operands (the check's two
+                        # stages; the second registers its answer). The compute unit
                         # runs beside the sequencer, which only waits for it when it is
                         # still busy with the previous instruction; an instruction that
                         # fails its check faults when it would issue, so everything
                         # before it has completed and nothing of it has happened.
-                        with m.If(~checked):
+                        with m.If(~checking):
+                            m.d.sync += checking.eq(1)
+                        with m.Elif(~checked):
                             m.d.sync += [
                                 checked.eq(1), check_illegal.eq(check.illegal),
                                 check_used.eq(check.used), check_ends.eq(check.ends),

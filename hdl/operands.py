@@ -30,10 +30,11 @@ class OperandCheck(wiring.Component):
     (none for a no-op or VCFG). Two multipliers are shared between the instructions
     with strided operands (MATMUL's two operands, VPOOL's input, REQUANT's output).
 
-    Two stages, so that the control unit can give it the word its kernel store reads
-    out and have the answer in the cycle after, the first cycle the instruction
-    executes (from the instruction register, the multiply and the adds after it were
-    one of the tile's longest paths). The first stage registers what each operand
+    Two stages: the control unit gives it the instruction register in the first
+    cycle the instruction executes and has the answer in the second (in one stage
+    the multiply and the adds after it were one of the tile's longest paths; fed from
+    the kernel store's output, the first stage came after a block RAM's
+    clock-to-output). The first stage registers what each operand
     needs, straight from the word: its base, and either a small extra (``n - 1``, a
     parameter block's last word) or which of the two products it adds (with the
     counts and strides they multiply) and whether the instruction is illegal. The

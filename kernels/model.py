@@ -24,7 +24,8 @@ WAIT/RET, faults, watchdog, speculation control): the control unit, the DMA queu
 state for state, so for DMA-only kernels the cycle counters (and the micro PC of a
 DMA fault) match the RTL:
 
-* a plan instruction takes 2 cycles (fetch, execute); a micro-instruction 2 cycles;
+* a plan instruction takes 3 cycles (fetch, decode, execute); a micro-instruction 2
+  cycles;
 * a DMA command enters the queue in the cycle its micro-instruction executes, reaches
   the engine 2 cycles later (the queue's output register) if the engine is idle, and
   the engine is then busy ``rows * cols + 1`` cycles, one word per cycle; the next
@@ -37,7 +38,7 @@ the vector unit may differ): the compute unit runs beside the sequencer, as the 
 engine does, through a command register (as in the RTL), and the sequencer sees the
 unit's busy a cycle late. A compute micro-instruction issues when the register is empty
 and the unit was idle the cycle before (else the sequencer stalls, counted in
-``stall_compute``), retires in 3 cycles (fetch, check, issue) and goes into the
+``stall_compute``), retires in 4 cycles (fetch, two of check, issue) and goes into the
 register; the unit takes it the next cycle, when it takes effect at once (all of it),
 and is busy for the next ``extra`` cycles. ``WAIT`` with ``compute`` and ``RET`` wait
 as an issue does:
@@ -66,7 +67,7 @@ MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation c
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
 register map may not have).
 
-A compute micro-instruction spends its first execute cycle on the operand check of
+A compute micro-instruction spends its first two execute cycles on the operand check of
 :mod:`fusetile.kernels.operands` (as the control unit does): an illegal operand
 (ILLEGAL_MICRO) or an operand that does not fit in the slot's partition (PARTITION,
 address = the end of the first such operand, partition = the slot's) faults in the
@@ -205,7 +206,8 @@ class _Transfer:
 
 
 # Control unit states (as hdl/control.py's _State).
-_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH = range(7)
+_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH, _PLAN_DECODE = \
+    range(8)
 
 _COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
                           MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
@@ -333,7 +335,8 @@ class TileModel:
         self._busy_seen = 0          # the unit's busy, as the sequencer sees it (registered)
         self._pending_flag = None    # (flag, value) a VCMP (or a VARGMAX with test)
                                      # writes in its last busy cycle
-        self._checked = 0            # the compute instruction in MICRO_EXEC passed its check
+        self._checked = 0            # cycles the compute instruction in MICRO_EXEC has been
+                                     # checked (2: done)
         self._compute_unit = None    # its busy counter: "mac_busy" or "vec_busy"
         self.speculating = 0
         self.guard_flag = self.guard_value = 0
@@ -693,7 +696,10 @@ class TileModel:
             if self.plan_pc >= cfg.plan_depth:
                 seq_fault = (FaultCause.PLAN_RANGE, self.plan_pc, 0)
             else:
-                tr["state"] = _PLAN_EXEC
+                tr["state"] = _PLAN_DECODE
+
+        elif state == _PLAN_DECODE:
+            tr["state"] = _PLAN_EXEC
 
         elif state == _PLAN_EXEC:
             bits = self.plans[self.exec_bank][self.plan_pc]
@@ -820,9 +826,9 @@ class TileModel:
                     ret_trace = True
                     goto(self.plan_pc + 1)
             elif op in _COMPUTE_OPS:
-                if not self._checked:
-                    # Its first cycle checks the operands (registered, as in the RTL).
-                    tr["_checked"] = 1
+                if self._checked < 2:
+                    # Its first two cycles check the operands (the RTL's two stages).
+                    tr["_checked"] = self._checked + 1
                 elif compute_pending:
                     ev.stall_compute = 1
                 else:
@@ -1109,7 +1115,7 @@ class TileModel:
         if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
             return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
         if op in _COMPUTE_OPS:
-            return "stall_compute" if pending and self._checked else None
+            return "stall_compute" if pending and self._checked == 2 else None
         return None
 
     def _skip(self, k):

@@ -34,9 +34,9 @@ from fusetile.host import open_transport
 from fusetile.host.device import Device
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import FaultCause, MicroInstr, MicroOp
-from fusetile.kernels.program import (assume, call, commit, dma_load, dma_store, done, mark,
-                                      matmul, nop, requant, ret, switch, vargmax, vcfg,
-                                      vclamp, vcmp, wait)
+from fusetile.kernels.program import (assume, branch, call, commit, dma_load, dma_store, done,
+                                      jump, mark, matmul, nop, requant, ret, switch, vargmax,
+                                      vcfg, vclamp, vcmp, wait)
 
 from conftest import require_simulator
 from programs import SPAN_WORDS, Program, differences, random_program, run_program
@@ -146,6 +146,26 @@ def _minimal(kernel, plan, fallback=None):
     image = bytes(rng.randrange(256) for _ in range(SPAN_WORDS * SMALL.word_bytes))
     return Program(seed=None, gmem=image, parts=[(0, 16)], kernels={0: (0, kernel)},
                    plan=plan, fallback=fallback)
+
+
+#: The spine's timing counters: cycle-exact in the model (``kernels/model.py``).
+SPINE_COUNTERS = ("active_cycles", "stall_dma", "dma_busy", "rollback_cycles")
+
+
+def test_the_spine_is_cycle_exact(amaranth_pair):
+    """Plan sequencing (MARK, JUMP, BRANCH, SWITCH, CALL, a miss at COMMIT and its
+    rollback), DMA-only kernels with WAIT and RET: the model counts the RTL's cycles."""
+    model, rtl = amaranth_pair
+    kernel = [dma_load(gmem=0, spad=0, cols=4), dma_load(gmem=8, spad=4, cols=3, token=1),
+              wait(tokens=0b10), dma_store(gmem=100, spad=0, cols=5), wait(), ret()]
+    plan = [mark(1), jump(2), branch(3, 3, if_set=False), switch(0, 4, 1), call(0),
+            assume(1, 7, expect=True), call(0), commit(), done()]
+    fallback = [done()] * 7 + [mark(7), call(0), done()]
+    program = _minimal(kernel, plan, fallback)
+    result = check(model, rtl, program)
+    assert result["mark"] == 7 and result["counters"]["spec_misses"] == 1
+    counts = [{name: dev.counters()[name] for name in SPINE_COUNTERS} for dev in (rtl, model)]
+    assert counts[0] == counts[1] and counts[0]["rollback_cycles"] > 0
 
 
 #: Compute faults behind a MATMUL still running: a VCLAMP whose output runs one word
