@@ -35,14 +35,14 @@ class OperandCheck(wiring.Component):
     the multiply and the adds after it were one of the tile's longest paths; fed from
     the kernel store's output, the first stage came after a block RAM's
     clock-to-output). The first stage registers what each operand
-    needs, straight from the word: its base, and either a small extra (``n - 1``, a
-    parameter block's last word) or which of the two products it adds (with the
-    counts and strides they multiply) and whether the instruction is illegal. The
-    second multiplies and adds, combinationally from those registers, and compares
+    needs, straight from the instruction: its base, and either a small extra (``n -
+    1``, a parameter block's last word) or which of the two products it adds, the two
+    products (count x stride, multiplied in this stage) and whether the instruction
+    is illegal. The second adds, combinationally from those registers, and compares
     each operand's extent past its base with the room its partition leaves after the
-    base (``limit - base``, worked out beside the multipliers): ``base + extent >=
-    limit`` with the base's adder off the comparison's path (the ULX3S build's worst
-    path was the multiply, both adds and the comparison, one after the other).
+    base (``limit - base``, worked out beside the adds): ``base + extent >= limit``
+    with the base's adder off the comparison's path (the ULX3S build's worst path was
+    the multiply, both adds and the comparison, one after the other).
 
     Parameters
     ----------
@@ -89,10 +89,15 @@ class OperandCheck(wiring.Component):
         R, W = cfg.rows, cfg.word_bytes
         a = self.args
 
-        # Stage 1 (registers): the two multipliers' operands, count x stride, and per
-        # operand its base, its small extra and which products it adds.
+        # Stage 1 (registers): the two products, count x stride (the multipliers are
+        # here, between registers: in stage 2, a multiplier before the adds and the
+        # comparison was the longest path of the ULX3S's netlist after step 28's
+        # first changes), and per operand its base, its small extra and which
+        # products it adds.
         count = [Signal(16, name=f"count{i}") for i in range(2)]
         stride = [Signal(16, name=f"stride{i}") for i in range(2)]
+        product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
+        m.d.sync += [product[i].eq(count[i] * stride[i]) for i in range(2)]
         base = [Signal(16, name=f"base{i}") for i in range(MAX_OPERANDS)]
         extra = [Signal(16, name=f"extra{i}") for i in range(MAX_OPERANDS)]
         adds = [Signal(2, name=f"adds{i}") for i in range(MAX_OPERANDS)]   # bit k: product k
@@ -112,23 +117,23 @@ class OperandCheck(wiring.Component):
 
         p0, p1, both = _Products(0b01), _Products(0b10), _Products(0b11)
         # Every stage-1 register but the bases is written every cycle: the defaults,
-        # then the case. Only `used` depends on an operation's count being 0, and a base
+        # then the case (the multipliers' operands are 0 by default). Only `used` depends on an operation's count being 0, and a base
         # no operation sets is not used, so each base is the opcode's choice of fields
         # and nothing more (a base behind the count's test and the defaults was the
         # longest path from the kernel store's block RAM).
         m.d.sync += [illegal.eq(0), used.eq(0)]
-        m.d.sync += [r.eq(0) for r in (*count, *stride, *extra, *adds)]
+        m.d.sync += [r.eq(0) for r in (*extra, *adds)]
         with m.Switch(self.op):
             with m.Case(MicroOp.MATMUL):
                 mm = a.matmul
-                m.d.sync += [count[0].eq(mm.k - 1), stride[0].eq(mm.a_stride),
+                m.d.comb += [count[0].eq(mm.k - 1), stride[0].eq(mm.a_stride),
                              count[1].eq(mm.k - 1), stride[1].eq(mm.b_stride)]
                 spans((mm.a_addr, p0), (mm.b_addr, p1), n=mm.k)
             with m.Case(MicroOp.ACC_BIAS):
                 spans((a.acc_bias.addr, -(-4 * R // W) - 1))
             with m.Case(MicroOp.REQUANT):
                 rq = a.requant
-                m.d.sync += [count[0].eq(R - 1), stride[0].eq(rq.out_stride)]
+                m.d.comb += [count[0].eq(R - 1), stride[0].eq(rq.out_stride)]
                 with m.If(rq.per_channel):
                     spans((rq.param_addr, -(-8 * R // W) - 1), (rq.out_addr, p0))
                 with m.Else():
@@ -139,11 +144,9 @@ class OperandCheck(wiring.Component):
                       n=va.n)
             with m.Case(MicroOp.VPOOL):
                 vp = a.vpool
-                m.d.sync += [
-                    illegal.eq(vp.window == 0),
-                    count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
-                    count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride),
-                ]
+                m.d.sync += illegal.eq(vp.window == 0)
+                m.d.comb += [count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
+                             count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride)]
                 spans((vp.in_addr, both), (vp.out_addr, vp.n - 1), n=vp.n)
             with m.Case(MicroOp.VCLAMP):
                 vc = a.vclamp
@@ -162,12 +165,10 @@ class OperandCheck(wiring.Component):
                 m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
                                        max(r.value for r in VectorCfg))
 
-        # Stage 2 (combinational): the products, each operand's extent past its base
-        # (its products or its extra, never both, so the two are ORed), the ends and
-        # which are outside. (No sum overflows 32 bits: the largest, MATMUL's, is
-        # below (2**16 - 1) * 2**16.)
-        product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
-        m.d.comb += [product[i].eq(count[i] * stride[i]) for i in range(2)]
+        # Stage 2 (combinational): each operand's extent past its base (its products
+        # or its extra, never both, so the two are ORed), the ends and which are
+        # outside. (No sum overflows 32 bits: the largest, MATMUL's, is below
+        # (2**16 - 1) * 2**16.)
         outside = []
         for i in range(MAX_OPERANDS):
             added = Mux(adds[i][0], product[0], 0) + Mux(adds[i][1], product[1], 0)
