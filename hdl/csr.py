@@ -8,7 +8,7 @@ means.
 
 import re
 
-from amaranth.hdl import C, Cat, Module, Signal
+from amaranth.hdl import Array, C, Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -30,13 +30,17 @@ class CsrBank(wiring.Component):
     The bank takes the registers and counters of ``memory_map`` that lie in the CSR
     window ``[0, 4 << addr_width)`` bytes (other entries, such as memory windows, are
     ignored). Every access is answered with exactly one of ``ack`` or ``err``, one cycle
-    after it is seen (a counter's low word: one cycle after the counters answer):
+    after it is seen, but reads: two cycles (a counter's low word: one cycle after the
+    counters answer):
 
-    * a read of a register ACKs with its value (W1 fields read as 0);
+    * a read of a register ACKs with its value (W1 fields read as 0): the cycle after
+      the access is seen registers which register it is, the next one its value (the
+      address decode and the multiplexer over every register, one after the other,
+      were the ULX3S build's routed worst path, step 28 of docs/fpga.md);
     * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter and
       ACKs with bits [31:0] of its value the cycle after the answer, latching bits
       [63:32] into a shadow register shared by all counters; a read of a ``_HI`` word
-      ACKs with the shadow, so reading LO then HI is atomic;
+      ACKs with the shadow (as a register read), so reading LO then HI is atomic;
     * a write ACKs and updates the register's RW fields and pulses its W1 fields, if
       the register has a writable field, ``sel`` is ``0b1111`` and the register's
       :attr:`refuse` signal is low; a refused write is answered with ERR, leaves the
@@ -153,8 +157,24 @@ class CsrBank(wiring.Component):
         def answer_read(value):
             m.d.sync += [bus.dat_r.eq(value), bus.ack.eq(1)]
 
-        # An access is answered in the cycle after it is seen; the cycle of the answer
-        # is ignored so that the same access is not answered twice.
+        # A read of a register (or of the counters' shadow) names it in `read_sel` and
+        # is answered from there a cycle later.
+        values = [self._read_value(entry.item) for entry in self._registers] + [shadow]
+        reading = Signal()
+        read_sel = Signal(range(len(values)))
+        with m.If(reading):
+            m.d.sync += reading.eq(0)
+            answer_read(Array(values)[read_sel])
+            for i, entry in enumerate(self._registers):
+                if entry.item.read_strobe:
+                    m.d.sync += self.read_strobe[entry.item.name].eq(read_sel == i)
+
+        def read_register(index):
+            m.d.sync += [reading.eq(1), read_sel.eq(index)]
+
+        # Any other access is answered in the cycle after it is seen; the cycles of the
+        # answer (and of a read's selection) are ignored so that the same access is
+        # not answered twice.
         if self._counters:
             ctr = self.counter_read
             m.d.sync += ctr.stb.eq(0)
@@ -162,15 +182,13 @@ class CsrBank(wiring.Component):
                 answer_read(ctr.data[:32])
                 m.d.sync += [shadow.eq(ctr.data[32:]), counting.eq(0)]
 
-        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting):
+        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting & ~reading):
             with m.Switch(bus.adr):
-                for entry in self._registers:
+                for index, entry in enumerate(self._registers):
                     reg = entry.item
                     with m.Case(entry.addr // 4):
                         with m.If(~bus.we):
-                            answer_read(self._read_value(reg))
-                            if reg.read_strobe:
-                                m.d.sync += self.read_strobe[reg.name].eq(1)
+                            read_register(index)
                         if reg.writable:
                             with m.Elif(bus.sel != 0b1111):
                                 m.d.sync += bus.err.eq(1)
@@ -192,7 +210,7 @@ class CsrBank(wiring.Component):
                             m.d.sync += bus.err.eq(1)
                     with m.Case(entry.addr // 4 + 1):
                         with m.If(~bus.we):
-                            answer_read(shadow)
+                            read_register(len(values) - 1)
                         with m.Else():
                             m.d.sync += bus.err.eq(1)
 
