@@ -333,15 +333,6 @@ class ControlUnit(wiring.Component):
         m.d.comb += self.events.active.eq(self.running)
         with m.If(self.running):
             m.d.sync += watchdog.eq(watchdog + 1)
-        # Whether the watchdog is at its limit, worked out a cycle ahead from the
-        # count's next value (START zeroes it): the 32-bit comparison in front of the
-        # fault decision was the ULX3S build's routed worst path (ad84542). A new
-        # limit counts from the cycle after the one the CSR takes it in.
-        watchdog_next = Signal(32)
-        watchdog_hit = Signal()
-        m.d.comb += watchdog_next.eq(Mux(self.running, watchdog + 1, watchdog))
-        m.d.sync += watchdog_hit.eq((self.watchdog_limit != 0) &
-                                    (watchdog_next >= self.watchdog_limit))
 
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
@@ -541,7 +532,6 @@ class ControlUnit(wiring.Component):
                     m.d.comb += take_swap.eq(1)
                 with m.If(self.start):
                     m.d.comb += self.plan_rd_en.eq(1)
-                    m.d.sync += watchdog_hit.eq(0)      # the count starts at 0
                     m.d.sync += [
                         self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
                         self.exec_bank.eq(self.active_bank), watchdog.eq(0),
@@ -750,8 +740,10 @@ class ControlUnit(wiring.Component):
         # The watchdog and the host's abort stop the tile even inside a speculative
         # region; they are raised last, so their cause wins.
         hard_fault = Signal()
-        m.d.comb += hard_fault.eq(self.running & (watchdog_hit | self.abort))
-        with m.If(self.running & watchdog_hit):
+        m.d.comb += hard_fault.eq(self.running & (
+            ((self.watchdog_limit != 0) & (watchdog >= self.watchdog_limit)) | self.abort))
+        with m.If(self.running & (self.watchdog_limit != 0) &
+                  (watchdog >= self.watchdog_limit)):
             raise_fault(FaultCause.WATCHDOG, watchdog)
         with m.If(self.running & self.abort):
             raise_fault(FaultCause.ABORTED)
@@ -782,14 +774,9 @@ class ControlUnit(wiring.Component):
         # either a stop or (inside a speculative region) a miss.
         m.d.comb += [self.dma_abort.eq(fault | miss), self.staging_discard.eq(fault | miss)]
 
-        # A miss presents the fallback's address whether or not a stop wins (its fetch
-        # is then not used): the stop's decision stays off the plan store's address,
-        # which it was the last of on ad84542's routed worst path. (A miss happens only
-        # inside a speculative region, where both banks refuse host writes.)
-        with m.If(miss):
+        with m.If(miss & ~stop):
             m.d.comb += [self.plan_rd_bank.eq(~self.exec_bank), self.plan_rd_pc.eq(resume_pc),
                          self.plan_rd_en.eq(1)]
-        with m.If(miss & ~stop):
             m.d.sync += [
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),
