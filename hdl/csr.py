@@ -30,13 +30,13 @@ class CsrBank(wiring.Component):
     The bank takes the registers and counters of ``memory_map`` that lie in the CSR
     window ``[0, 4 << addr_width)`` bytes (other entries, such as memory windows, are
     ignored). Every access is answered with exactly one of ``ack`` or ``err``, one cycle
-    after it is seen, but reads: two cycles (a counter's low word: one cycle after the
-    counters answer):
+    after it is seen, but a register read two cycles after (a counter's low word: one
+    cycle after the counters answer):
 
-    * a read of a register ACKs with its value (W1 fields read as 0): the cycle after
-      the access is seen registers which register it is, the next one its value (the
-      address decode and the multiplexer over every register, one after the other,
-      were the ULX3S build's routed worst path, step 28 of docs/fpga.md);
+    * a read of a register ACKs with its value (W1 fields read as 0): the cycle the
+      access is seen registers which register it is, the next one registers its value
+      (the address decode and the multiplexer over every register, one after the
+      other, were the ULX3S build's routed worst path, step 28 of docs/fpga.md);
     * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter and
       ACKs with bits [31:0] of its value the cycle after the answer, latching bits
       [63:32] into a shadow register shared by all counters; a read of a ``_HI`` word
