@@ -117,10 +117,11 @@ class OperandCheck(wiring.Component):
 
         p0, p1, both = _Products(0b01), _Products(0b10), _Products(0b11)
         # Every stage-1 register but the bases is written every cycle: the defaults,
-        # then the case (the multipliers' operands are 0 by default). Only `used` depends on an operation's count being 0, and a base
-        # no operation sets is not used, so each base is the opcode's choice of fields
-        # and nothing more (a base behind the count's test and the defaults was the
-        # longest path from the kernel store's block RAM).
+        # then the case (the multipliers' operands are 0 by default). Only `used`
+        # depends on an operation's count being 0, and a base no operation sets is not
+        # used, so each base is the opcode's choice of fields and nothing more (a base
+        # behind the count's test and the defaults was the longest path from the
+        # kernel store's block RAM).
         m.d.sync += [illegal.eq(0), used.eq(0)]
         m.d.sync += [r.eq(0) for r in (*extra, *adds)]
         with m.Switch(self.op):

@@ -209,6 +209,9 @@ class _Transfer:
 _IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH, _PLAN_DECODE = \
     range(8)
 
+#: Cycles a compute micro-instruction spends in the operand check (its two stages).
+_CHECK_CYCLES = 2
+
 _COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
                           MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
                           MicroOp.VCFG})
@@ -335,8 +338,8 @@ class TileModel:
         self._busy_seen = 0          # the unit's busy, as the sequencer sees it (registered)
         self._pending_flag = None    # (flag, value) a VCMP (or a VARGMAX with test)
                                      # writes in its last busy cycle
-        self._checked = 0            # cycles the compute instruction in MICRO_EXEC has been
-                                     # checked (2: done)
+        self._checked = 0            # cycles the compute instruction in MICRO_EXEC has
+                                     # been checked (_CHECK_CYCLES: done)
         self._compute_unit = None    # its busy counter: "mac_busy" or "vec_busy"
         self.speculating = 0
         self.guard_flag = self.guard_value = 0
@@ -826,8 +829,8 @@ class TileModel:
                     ret_trace = True
                     goto(self.plan_pc + 1)
             elif op in _COMPUTE_OPS:
-                if self._checked < 2:
-                    # Its first two cycles check the operands (the RTL's two stages).
+                if self._checked < _CHECK_CYCLES:
+                    # Its first cycles check the operands (the RTL's two stages).
                     tr["_checked"] = self._checked + 1
                 elif compute_pending:
                     ev.stall_compute = 1
@@ -1115,7 +1118,7 @@ class TileModel:
         if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
             return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
         if op in _COMPUTE_OPS:
-            return "stall_compute" if pending and self._checked == 2 else None
+            return "stall_compute" if pending and self._checked == _CHECK_CYCLES else None
         return None
 
     def _skip(self, k):

@@ -207,6 +207,19 @@ def test_compute_fault_in_region_rolls_back(amaranth_pair):
     assert result["counters"]["spec_faults"] == 1 and result["mark"] == 7
 
 
+def _argmax_program(kernel, plan, fallback=None, *, column=(-5, 3, 9, 1)):
+    """``_minimal(kernel, plan, fallback)`` with GMEM words 0..3 holding ``column`` in
+    their last lane (word 2 the largest by default: a VARGMAX of that lane over them
+    gives 2)."""
+    program = _minimal(kernel, plan, fallback)
+    wb = SMALL.word_bytes
+    image = bytearray(program.gmem)
+    for w, value in enumerate(column):
+        image[w * wb + wb - 1] = value & 0xFF
+    program.gmem = bytes(image)
+    return program
+
+
 @pytest.mark.parametrize("expect,hit", [(2, True), (3, False)])
 def test_vargmax_test_guards_a_region(amaranth_pair, expect, hit):
     """A column VARGMAX with a flag test writes the guarded flag (and its index) in
@@ -219,13 +232,8 @@ def test_vargmax_test_guards_a_region(amaranth_pair, expect, hit):
               vargmax(addr=0, n=4, index=3, lane=wb - 1, flag=1, expect=expect),
               wait(compute=True),               # a miss lands here
               dma_store(gmem=110, spad=0, cols=4), wait(), ret()]
-    program = _minimal(kernel, [assume(1, 0), call(0), commit(), mark(1), done()],
-                       [mark(7), done()])
-    column = [-5, 3, 9, 9]                      # lane wb - 1 of words 0..3: word 2
-    image = bytearray(program.gmem)
-    for w, value in enumerate(column):
-        image[w * wb + wb - 1] = value & 0xFF
-    program.gmem = bytes(image)
+    program = _argmax_program(kernel, [assume(1, 0), call(0), commit(), mark(1), done()],
+                              [mark(7), done()], column=(-5, 3, 9, 9))   # a tie: word 2
     result = check(model, rtl, program)
     assert result["index"][3] == 2
     c = result["counters"]
@@ -246,18 +254,6 @@ def test_vcfg_after_vcmp_keeps_the_flag(amaranth_pair):
     program.gmem = bytes(8) + bytes([5] * 8) + program.gmem[16:]
     result = check(model, rtl, program)
     assert result["flags"] == 0b100001 and result["index"][2] == 1
-
-
-def _argmax_program(kernel, plan):
-    """``_minimal(kernel, plan)`` with GMEM words 0..3 holding -5, 3, 9, 1 in their last
-    lane (word 2 the largest: a VARGMAX of that lane over them gives 2)."""
-    program = _minimal(kernel, plan)
-    wb = SMALL.word_bytes
-    image = bytearray(program.gmem)
-    for w, value in enumerate([-5, 3, 9, 1]):
-        image[w * wb + wb - 1] = value & 0xFF
-    program.gmem = bytes(image)
-    return program
 
 
 @pytest.mark.parametrize("table, past", [(SMALL.plan_depth - 4, False),
