@@ -127,13 +127,12 @@ class ComputeUnit(wiring.Component):
 
     ``fault`` stays high (``cmd.ready`` low) until ``abort``. ``abort`` drops the
     current command in that cycle (its scratchpad accesses of that cycle are cancelled
-    by :attr:`Scratchpad.abort`, wired to the same signal; the MAC array is aborted
-    too: ACC keeps the steps already added and the one being added), clears the fault
-    and makes the unit idle; results still in the vector pipelines are discarded, so a
-    command may be accepted the next cycle. A command accepted in the cycle of an
-    ``abort`` is dropped with it; only a VCFG's register is written by then (``ready``
-    does not wait for ``abort``, which comes late in the cycle: in the tile it is the
-    fault and miss decision).
+    by :attr:`Scratchpad.abort`, wired to the same signal, and so is a flag or index
+    write; the MAC array is aborted too: ACC keeps the steps already added and the one
+    being added), clears the fault and makes the unit idle; results still in the vector
+    pipelines are discarded, so a command may be accepted the next cycle. A command
+    accepted in the cycle of an ``abort`` is dropped with it; only a VCFG's register is
+    written by then (``ready`` does not wait for ``abort``).
 
     *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command. ``a.we`` and ``b.we``
     are 0, ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``
@@ -543,12 +542,14 @@ class ComputeUnit(wiring.Component):
             ]
 
         # Flag and index registers: a VARGMAX with `test` writes both in one cycle.
+        # An abort cancels them as the scratchpad cancels the cycle's accesses.
+        written = running & alu_out & alu.o.valid & ~self.abort
         m.d.comb += [
-            self.flag_we.eq(running & alu_out & alu.o.valid &
+            self.flag_we.eq(written &
                             (is_op[MicroOp.VCMP] | (is_op[MicroOp.VARGMAX] & vargmax.test))),
             self.flag_sel.eq(Mux(is_op[MicroOp.VARGMAX], vargmax.flag, vcmp.flag)),
             self.flag_value.eq(alu.o.payload.flag),
-            self.index_we.eq(running & alu_out & alu.o.valid & is_op[MicroOp.VARGMAX]),
+            self.index_we.eq(written & is_op[MicroOp.VARGMAX]),
             self.index_sel.eq(vargmax.index),
             self.index_value.eq(alu.o.payload.index),
         ]
@@ -747,10 +748,10 @@ class ComputeUnit(wiring.Component):
             ]
         # Nothing of an aborted command reaches the scratchpad in the abort cycle: the
         # scratchpad cancels the cycle's accesses at its banks (`Scratchpad.abort`,
-        # the same signal), so the ports here do not wait for `abort`, which comes
-        # late in the cycle. A flag or index written in that cycle still lands: the
-        # control unit may be aborting *because* of that flag (a speculation guard
-        # failing), and gating it on abort would be a combinational loop.
+        # the same signal), so the ports here do not wait for `abort`. Nor does a flag
+        # or index write land (above): in the tile `abort` is the control unit's
+        # register, set the cycle after the fault or miss that decides it (a flag
+        # that fails a speculation guard lands in the miss's cycle).
         return m
 
     @staticmethod

@@ -133,7 +133,10 @@ class ControlUnit(wiring.Component):
     dma_fault_addr : In(32)
     dma_fault_part : In(4)
     dma_abort : Out(1)
-        Stop the DMA engine and flush its queue (fault, rollback).
+        Stop the DMA engine and flush its queue (fault, rollback); the tile aborts the
+        compute unit and the scratchpad's accesses with it. A register: it comes the
+        cycle after the fault or miss, so the units finish that cycle's work (the
+        sequencer issues nothing in it) and the decision does not fan out to them.
     dma_word_in, dma_word_out : In(1)
         One pulse per word the DMA moved (for the call's trace record).
     cycles : In(32)
@@ -333,6 +336,15 @@ class ControlUnit(wiring.Component):
         m.d.comb += self.events.active.eq(self.running)
         with m.If(self.running):
             m.d.sync += watchdog.eq(watchdog + 1)
+        # Whether the watchdog is at its limit, worked out a cycle ahead from the
+        # count's next value (START zeroes it) and registered: the 32-bit comparison in
+        # front of the fault decision was the ULX3S build's routed worst path (ad84542).
+        # A new limit counts from the cycle after the one the CSR takes it in.
+        watchdog_next = Signal(32)
+        watchdog_hit = Signal()
+        m.d.comb += watchdog_next.eq(Mux(self.running, watchdog + 1, watchdog))
+        m.d.sync += watchdog_hit.eq((self.watchdog_limit != 0) &
+                                    (watchdog_next >= self.watchdog_limit))
 
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
@@ -532,6 +544,7 @@ class ControlUnit(wiring.Component):
                     m.d.comb += take_swap.eq(1)
                 with m.If(self.start):
                     m.d.comb += self.plan_rd_en.eq(1)
+                    m.d.sync += watchdog_hit.eq(0)      # the count starts at 0
                     m.d.sync += [
                         self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
                         self.exec_bank.eq(self.active_bank), watchdog.eq(0),
@@ -719,10 +732,12 @@ class ControlUnit(wiring.Component):
                     m.d.sync += [self.faulted.eq(0), state.eq(_State.IDLE)]
 
         # Faults raised by the DMA engine, the watchdog or the host win over
-        # whatever the sequencers were doing this cycle.
-        with m.If(self.running & self.dma_fault):
+        # whatever the sequencers were doing this cycle. A unit's fault is still up in
+        # the cycle that aborts it (`abort_units`, below), which is not a new one.
+        abort_units = Signal()
+        with m.If(self.running & self.dma_fault & ~abort_units):
             raise_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
-        with m.If(self.running & self.compute_fault):
+        with m.If(self.running & self.compute_fault & ~abort_units):
             raise_fault(self.compute_fault_cause, self.compute_fault_addr,
                         self.compute_fault_part)
 
@@ -740,10 +755,8 @@ class ControlUnit(wiring.Component):
         # The watchdog and the host's abort stop the tile even inside a speculative
         # region; they are raised last, so their cause wins.
         hard_fault = Signal()
-        m.d.comb += hard_fault.eq(self.running & (
-            ((self.watchdog_limit != 0) & (watchdog >= self.watchdog_limit)) | self.abort))
-        with m.If(self.running & (self.watchdog_limit != 0) &
-                  (watchdog >= self.watchdog_limit)):
+        m.d.comb += hard_fault.eq(self.running & (watchdog_hit | self.abort))
+        with m.If(self.running & watchdog_hit):
             raise_fault(FaultCause.WATCHDOG, watchdog)
         with m.If(self.running & self.abort):
             raise_fault(FaultCause.ABORTED)
@@ -769,14 +782,26 @@ class ControlUnit(wiring.Component):
                 record.faulted.eq(1),
             ]
 
-        # What a miss and a stop abort, driven from their sources rather than through
-        # `stop`, whose fault cause is the longest logic of the cycle: every fault is
-        # either a stop or (inside a speculative region) a miss.
-        m.d.comb += [self.dma_abort.eq(fault | miss), self.staging_discard.eq(fault | miss)]
+        # The units are aborted, and staged stores dropped, the cycle after a fault or
+        # a miss, from a register: the decision (a dozen sources, a dozen LUTs deep)
+        # fanned out from here into every unit's cancels, the scratchpad's and GMEM's
+        # write enables and addresses, the ULX3S build's routed worst paths since
+        # step 28 (docs/fpga.md, step 29). In the cycle between, the sequencer issues
+        # nothing (`abandon`) and the units do that cycle's work: a DMA word moves, a
+        # speculative store still goes to the staging buffer that the abort empties,
+        # and a compute step lands (its flag or index write too, as before). Every
+        # fault is either a stop or (inside a speculative region) a miss.
+        m.d.sync += abort_units.eq(fault | miss)
+        m.d.comb += [self.dma_abort.eq(abort_units), self.staging_discard.eq(abort_units)]
 
-        with m.If(miss & ~stop):
+        # A miss presents the fallback's address whether or not a stop wins (its fetch
+        # is then not used): the stop's decision stays off the plan store's address,
+        # which it was the last of on ad84542's routed worst path. (A miss happens only
+        # inside a speculative region, where both banks refuse host writes.)
+        with m.If(miss):
             m.d.comb += [self.plan_rd_bank.eq(~self.exec_bank), self.plan_rd_pc.eq(resume_pc),
                          self.plan_rd_en.eq(1)]
+        with m.If(miss & ~stop):
             m.d.sync += [
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),

@@ -53,9 +53,8 @@ class Dma(wiring.Component):
     """2-D strided DMA between GMEM and the scratchpad, one word per cycle.
 
     A command is accepted (``cmd.ready``) only while the engine is idle and not
-    faulted; ``ready`` does not wait for ``abort`` (in the tile the fault and miss
-    decision, late in the cycle): a command accepted in an abort's cycle is dropped
-    with it. A transfer of ``rows * cols`` words keeps ``busy`` high for
+    faulted; ``ready`` does not wait for ``abort``: a command accepted in an abort's
+    cycle is dropped with it. A transfer of ``rows * cols`` words keeps ``busy`` high for
     ``rows * cols + 1`` cycles plus one per stalled scratchpad access, starting the
     cycle after the command is accepted; a command with ``rows == 0`` or ``cols == 0``
     is accepted and completes at once (``busy`` stays low, no access).
@@ -205,10 +204,9 @@ class Dma(wiring.Component):
         spad_oob = saddr[16:] != 0
         w_spad_oob = w_saddr[16:] != 0
 
-        # The ports are driven from the engine's own state only; `abort` (which the
-        # control unit derives from the instruction it is decoding, a long path) acts
-        # last: on the registers here, and on the scratchpad's banks there (the tile
-        # wires `Scratchpad.abort` to the same signal).
+        # The ports are driven from the engine's own state only; `abort` acts last: on
+        # the registers here, and on the scratchpad's banks there (the tile wires
+        # `Scratchpad.abort` to the same signal).
         with m.If(~running):
             with m.If(self.cmd.valid & self.cmd.ready):
                 p = self.cmd.payload

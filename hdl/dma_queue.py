@@ -43,9 +43,8 @@ class DmaQueue(wiring.Component):
         Nothing queued, nothing in the engine.
     flush : In(1)
         Drop every queued command and forget the one in the engine (the engine is
-        aborted alongside). ``cmd.valid`` does not wait for it (in the tile it is the
-        fault and miss decision, late in the cycle): the engine drops a command it
-        takes in a flush's cycle, being aborted.
+        aborted alongside). ``cmd.valid`` does not wait for it: the engine drops a
+        command it takes in a flush's cycle, being aborted.
     """
 
     def __init__(self, config):

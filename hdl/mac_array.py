@@ -189,8 +189,7 @@ class MacArray(wiring.Component):
         ]
 
         # The step in the accumulate stage lands even in an abort's cycle: the abort
-        # comes late in the cycle, out of the control unit's fault decisions, and would
-        # otherwise gate the enable of every accumulator.
+        # would otherwise gate the enable of every accumulator.
         adding = Signal()
         m.d.comb += adding.eq(prod_valid)
 

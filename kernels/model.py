@@ -336,6 +336,8 @@ class TileModel:
         self._compute_left = 0       # cycles the compute unit stays busy
         self._compute_cmd = None     # the command register: (op, fields) or None
         self._busy_seen = 0          # the unit's busy, as the sequencer sees it (registered)
+        self._abort_units = 0        # a fault or miss last cycle: the units are aborted
+                                     # in this one (the control unit's register)
         self._pending_flag = None    # (flag, value) a VCMP (or a VARGMAX with test)
                                      # writes in its last busy cycle
         self._checked = 0            # cycles the compute instruction in MICRO_EXEC has
@@ -545,9 +547,10 @@ class TileModel:
         else:
             t.end = x + n_ok + 1
 
-    def _move_words(self, t, upto):
-        """Move the words of transfer ``t`` scheduled before cycle ``upto``.
-        Returns (words moved, cycle of a staging overflow or None)."""
+    def _move_words(self, t, upto, speculating):
+        """Move the words of transfer ``t`` scheduled before cycle ``upto``, stores to
+        the staging buffer while ``speculating``. Returns (words moved, cycle of a
+        staging overflow or None)."""
         last = min(t.n_ok, upto - (t.x + 2))
         if last <= t.moved:
             return 0, None
@@ -561,15 +564,13 @@ class TileModel:
             g = (t.gmem + r * t.gmem_stride + col) * wb
             s = (base + t.spad + r * t.spad_stride + col) * wb
             if t.store:
-                if self.speculating:
+                if speculating:
+                    # A word that does not fit is dropped (the miss the overflow
+                    # causes comes the next cycle, the engine's abort the one after).
                     if len(self.staging) < cfg.staging_words:
                         self.staging.append((g // wb, self.spad[s:s + wb].copy()))
                     elif overflow_at is None:
                         overflow_at = t.x + 2 + i
-                        # The overflow is seen next cycle, when the miss aborts the
-                        # engine: later words never move.
-                        last = i + 1
-                        break
                 else:
                     self.gmem[g:g + wb] = self.spad[s:s + wb]
             else:
@@ -577,12 +578,12 @@ class TileModel:
         t.moved = last
         return last - start, overflow_at
 
-    def _dma_words(self, upto):
+    def _dma_words(self, upto, speculating):
         """Move the engine's words up to cycle ``upto``; account bytes."""
         t = self._engine
         if t is None or t.moved >= t.n_ok:
             return 0
-        n, overflow_at = self._move_words(t, upto)
+        n, overflow_at = self._move_words(t, upto, speculating)
         if overflow_at is not None:
             self._staging_overflow = 1
         if n:
@@ -593,9 +594,12 @@ class TileModel:
                 self._call["out" if t.store else "in"] += n
         return n
 
-    def _dma_cycle(self, c, push, flush):
-        """The queue and the engine in cycle ``c``, after the control unit decided."""
+    def _dma_cycle(self, c, push, flush, speculating):
+        """The queue and the engine in cycle ``c``, after the control unit decided;
+        ``flush``: the control unit aborts them (and empties the staging buffer),
+        ``speculating``: at the start of the cycle."""
         if flush:
+            self._discard_staging()
             t = self._engine
             if t is not None:
                 # No access is made in the cycle of the abort (earlier words moved in
@@ -608,7 +612,7 @@ class TileModel:
             self._engine_fault = None
             self._tokens = [0] * DMA_TOKENS
             return
-        self._dma_words(c + 1)
+        self._dma_words(c + 1, speculating)
         t = self._engine
         busy = t is not None and t.x + 1 <= c <= t.end and not (t.rows == 0 or t.cols == 0)
         ready = not busy and self._engine_fault is None
@@ -662,6 +666,7 @@ class TileModel:
         compute_busy = self._compute_left > 0
         unit_busy = self._compute_unit if compute_busy else None
         compute_pending = self._compute_cmd is not None or self._busy_seen
+        abort_units = self._abort_units
 
         ev = _Events()
         tr = {}                 # the sequencer's state changes, unless a fault/miss wins
@@ -848,7 +853,7 @@ class TileModel:
 
         # Faults from the DMA engine, the watchdog and the host win, in that order.
         fault = seq_fault
-        if running and dma_fault is not None:
+        if running and dma_fault is not None and not abort_units:
             fault = dma_fault
         if running and self.watchdog_limit and self.watchdog >= self.watchdog_limit:
             fault = (FaultCause.WATCHDOG, self.watchdog, 0)
@@ -857,8 +862,8 @@ class TileModel:
 
         # As in the RTL, a VCMP's flag (and a testing VARGMAX's) lands in the compute
         # unit's last busy cycle, not when the sequencer issues it (a miss it causes
-        # comes at the same time).
-        if self._pending_flag is not None and self._compute_left == 1:
+        # comes at the same time), unless the unit is being aborted in that cycle.
+        if self._pending_flag is not None and self._compute_left == 1 and not abort_units:
             flag_write, self._pending_flag = self._pending_flag, None
             self.flags[flag_write[0]] = flag_write[1]
 
@@ -876,7 +881,6 @@ class TileModel:
         stop = fault is not None and not (speculating and fault[0] not in _STOPPING)
 
         trace_fault = False
-        flush = False
         if stop:
             cause, addr, fpart = fault
             self.fault = FaultRecord(cause=FaultCause(cause), bank=exec_bank,
@@ -892,8 +896,6 @@ class TileModel:
             ev = ev.suppressed()
             ev.fault = 1
             trace_fault = in_kernel
-            flush = True
-            self._discard_staging()
         elif miss:
             self.rolling_back = 1
             self.speculating = 0
@@ -906,8 +908,6 @@ class TileModel:
             ev.spec_fault = int(spec_fault)
             ev.rollback = 1
             trace_fault = in_kernel
-            flush = True
-            self._discard_staging()
         else:
             if state == _PLAN_EXEC:
                 self.rolling_back = 0
@@ -942,10 +942,16 @@ class TileModel:
         if running:
             self.watchdog += 1
 
-        # The compute unit: aborted with the kernel on a fault or a miss. It takes the
-        # command register's command in a cycle it is idle (all of the command's
-        # effects then); an instruction issued this cycle is in the register next.
+        # A fault or a miss aborts the units the cycle after it (the control unit's
+        # `abort_units` register); the sequencer issues nothing in its own cycle.
         if stop or miss:
+            push = compute_issue = None
+        self._abort_units = int(stop or miss)
+
+        # The compute unit: aborted with the kernel. It takes the command register's
+        # command in a cycle it is idle (all of the command's effects then); an
+        # instruction issued this cycle is in the register next.
+        if abort_units:
             # The unit takes a command in the abort's cycle too (it is idle then), and
             # drops it; only a VCFG's register is written by then.
             if self._compute_cmd is not None and self._compute_cmd[0] == MicroOp.VCFG:
@@ -1010,7 +1016,7 @@ class TileModel:
             else:
                 self._trace_word += 1
 
-        self._dma_cycle(c, push, flush)
+        self._dma_cycle(c, push, abort_units, speculating)
         if p.get("perf_clear"):
             self._clear_counters()
         self.now = c + 1
@@ -1066,7 +1072,7 @@ class TileModel:
         """How many of the next ``n`` cycles change nothing but counts, countdowns and
         DMA words (0: step one cycle)."""
         if n < 2 or self._inner or self._draining or self._staging_overflow or \
-                self._engine_fault is not None:
+                self._engine_fault is not None or self._abort_units:
             return 0
         c = self.now
         if self.state in (_IDLE, _FAULT):
@@ -1129,7 +1135,7 @@ class TileModel:
         busy = 0
         if t is not None and not (t.rows == 0 or t.cols == 0):
             busy = max(0, min(end - 1, t.end) - max(c, t.x + 1) + 1)
-        self._dma_words(end)
+        self._dma_words(end, self.speculating)
         count = not self.freeze
         unit = self._compute_unit if self._compute_left else None
         stall = self._stall_cause() if self.state == _MICRO_EXEC else None

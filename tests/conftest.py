@@ -31,9 +31,8 @@ def require_simulator(sim):
 
 async def take_during_abort(ctx, unit, payload):
     """Offer the command ``payload`` (its bits) to ``unit`` (the compute unit or the
-    DMA engine) in a cycle of its ``abort``: its ``ready`` must not wait for the abort
-    (in the tile the fault and miss decision, late in the cycle); the caller checks
-    that the command was dropped."""
+    DMA engine) in a cycle of its ``abort``: its ``ready`` must not wait for the abort;
+    the caller checks that the command was dropped."""
     ctx.set(unit.cmd.valid, 1)
     ctx.set(unit.cmd.payload.as_value(), payload)
     ctx.set(unit.abort, 1)

@@ -907,6 +907,13 @@ def test_faults_and_abort():
         await issue(ctx, b.dut, cmd(MicroOp.VCMP, addr=0, lane=60, reduce=1, flag=2),
                     abort_after=0)
         await b.check(ctx, cmd(MicroOp.VCMP, addr=0, lane=60, reduce=1, flag=5))
+        # An abort in a VCMP's last busy cycle, which writes its flag, cancels the write
+        # as it cancels the cycle's scratchpad accesses.
+        flagged = cmd(MicroOp.VCMP, addr=0, lane=60, reduce=1, flag=4)
+        whole = await issue(ctx, b.dut, flagged)
+        assert [sel for sel, _ in whole.flags] == [4]
+        cut = await issue(ctx, b.dut, flagged, abort_after=whole.cycles - 1)
+        assert cut.flags == [] and cut.cycles == whole.cycles - 1
 
         # Taken in the cycle of an abort: a command is dropped, a VCFG's register is
         # written.

@@ -168,6 +168,49 @@ def test_the_spine_is_cycle_exact(amaranth_pair):
     assert counts[0] == counts[1] and counts[0]["rollback_cycles"] > 0
 
 
+# A fault or a miss aborts the units the cycle after it (the control unit's register,
+# `ControlUnit.dma_abort`): a transfer still moving words moves that cycle's word and
+# no later one. GMEM, the partition's dump and the byte counters say how many moved.
+
+def test_a_stop_aborts_a_transfer_in_flight(amaranth_pair):
+    """A precise compute fault stops the tile in the middle of a DMA store."""
+    model, rtl = amaranth_pair
+    kernel = [dma_store(gmem=100, spad=0, cols=14), nop(), nop(),
+              vclamp(src=0, out=14, n=3, lo=-5, hi=5), wait(), ret()]
+    result = check(model, rtl, _minimal(kernel, [call(0), done()]))
+    assert result["fault"]["cause"] == FaultCause.PARTITION
+    assert SMALL.word_bytes < result["counters"]["dma_bytes_out"] < 14 * SMALL.word_bytes
+
+
+def test_a_miss_aborts_a_transfer_in_flight(amaranth_pair):
+    """The same fault inside a speculative region rolls back in the middle of a DMA
+    load. (A miss by a flag is not timed exactly: the model's compute latencies are
+    estimates.)"""
+    model, rtl = amaranth_pair
+    kernel = [dma_load(gmem=20, spad=0, cols=14), nop(), nop(),
+              vclamp(src=0, out=14, n=3, lo=-5, hi=5), wait(), ret()]
+    program = _minimal(kernel, [assume(0, 0, expect=False), call(0), commit(), done()],
+                       [mark(7), done()])
+    result = check(model, rtl, program)
+    assert result["mark"] == 7 and result["counters"]["spec_faults"] == 1
+    assert SMALL.word_bytes < result["counters"]["dma_bytes_in"] < 14 * SMALL.word_bytes
+
+
+def test_a_staging_overflow_aborts_the_store_a_cycle_later(amaranth_pair):
+    """A speculative store of more words than the staging buffer holds: the word after
+    the first that does not fit moves too (the miss comes the cycle after the
+    overflow, the abort the cycle after that), and nothing reaches GMEM."""
+    model, rtl = amaranth_pair
+    words = SMALL.staging_words + 6
+    kernel = [dma_store(gmem=100, spad=0, rows=words // 2, cols=2, spad_stride=0),
+              wait(), ret()]
+    program = _minimal(kernel, [assume(0, 0, expect=False), call(0), commit(), done()],
+                       [mark(7), done()])
+    result = check(model, rtl, program)
+    assert result["mark"] == 7 and result["counters"]["spec_misses"] == 1
+    assert result["counters"]["dma_bytes_out"] == (SMALL.staging_words + 2) * SMALL.word_bytes
+
+
 #: Compute faults behind a MATMUL still running: a VCLAMP whose output runs one word
 #: past the end of its 16-word partition (PARTITION), a VARGMAX with n = 0
 #: (ILLEGAL_MICRO), a column VARGMAX whose n words run one past the end (PARTITION:
