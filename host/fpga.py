@@ -68,15 +68,19 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 # promise it (all of ECP5's and iCE40's): the write goes a cycle later, through
 # registers, and a multiplexer after the RAM's output picks the late write's word on
 # a collision. That multiplexer sits on every path out of the RAM, after its 5.6 ns
-# clock-to-output on the ULX3S (e2bfed1's routed worst path started with it). The
-# instruction stores never use a word read in the cycle the host writes it (the writes
-# they refuse cover every fetch, and the host's own read shares no cycle with its
-# write: `hdl/stores.py`, asserted in every cycle of `tests/test_differential.py`), so
-# their read ports are declared not to care, which Amaranth cannot say (the netlist's
-# COLLISION_X_MASK): no emulation. The patterns match the board tops (`fusetile.core.tile.*`) and the cores
-# the scripts map alone (`fusetile.tile.*`).
+# clock-to-output on the ULX3S (e2bfed1's and d52972e's routed worst paths started
+# with it). The instruction stores never use a word read in the cycle the host writes
+# it (the writes they refuse cover every fetch, and the host's own read shares no
+# cycle with its write: `hdl/stores.py`), and a scratchpad read meets a write of its
+# word only in a program that races a DMA transfer against an instruction
+# (`docs/architecture.md`, "Scratchpad races"); `tests/checked_tile.py` asserts both
+# in every cycle of the tests that run programs. So their read ports are declared not
+# to care, which Amaranth cannot say (the netlist's COLLISION_X_MASK): no emulation.
+# The patterns match the board tops (`fusetile.core.tile.*`) and the cores the scripts
+# map alone (`fusetile.tile.*`).
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
-                        "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2"]
+                        "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
+                        "*.tile.spad/t:$memrd_v2"]
 _SYNTH_OPTIONS = {
     "ecp5": {
         "script_after_read": "\n".join(UNDEFINED_COLLISIONS),

@@ -11,9 +11,9 @@ counters and the trace records' slot, PC, bank, faulted and byte counts. Cycle c
 are estimates in the model and are not compared.
 
 * model vs the RTL in Amaranth's simulator: hypothesis-chosen seeds, small config; the
-  tile simulated there also asserts, every cycle, that each instruction store read
-  the control unit uses is of a bank or slot whose host writes are refused in that
-  cycle (``hdl/stores.py``: the bitstream builds let such a collision read anything);
+  tile simulated there (``tests/checked_tile.py``) also asserts, every cycle, that no
+  instruction store or scratchpad read meets a write of its word (the bitstream
+  builds let such a collision read anything);
 * model vs Verilator and vs Icarus (``cocotb`` marker): a fixed regression set of
   seeds on the default config (the model other RTL tests have already built).
 
@@ -26,10 +26,8 @@ with a flag test guarding a region hits and misses.
 import random
 
 import pytest
-from amaranth.hdl import Assert
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fusetile.hdl.tile import Tile
 from fusetile.host import open_transport
 from fusetile.host.device import Device
 from fusetile.kernels.config import TileConfig
@@ -38,6 +36,7 @@ from fusetile.kernels.program import (assume, branch, call, commit, dma_load, dm
                                       jump, mark, matmul, nop, requant, ret, switch, vargmax,
                                       vcfg, vclamp, vcmp, wait)
 
+from checked_tile import CheckedTile
 from conftest import require_simulator
 from programs import SPAN_WORDS, Program, differences, random_program, run_program
 
@@ -68,30 +67,13 @@ def check(model, rtl, program, *, whole_gmem=True):
 
 # -- the model against the RTL in Amaranth's simulator ------------------------------------
 
-class FetchesLocked(Tile):
-    """The tile, asserting in every cycle that a store read the control unit uses
-    (``*_rd_en``) is of a bank or slot whose host writes the store refuses in that cycle:
-    so no such read meets a write of its word (``hdl/stores.py``)."""
-
-    def elaborate(self, platform):
-        m = super().elaborate(platform)
-        ctrl = m.submodules.control
-        with m.If(ctrl.plan_rd_en):
-            m.d.comb += Assert((ctrl.plan_rd_bank == ctrl.active_bank) | ctrl.plan_lock_all,
-                               "a plan fetch from a bank the host may write")
-        with m.If(ctrl.kern_rd_en):
-            m.d.comb += Assert(ctrl.slot_lock & (ctrl.locked_slot == ctrl.kern_rd_slot),
-                               "a kernel fetch from a slot the host may write")
-        return m
-
-
 @pytest.fixture(scope="module")
 def amaranth_pair():
     """One model and one RTL session for every example: each program starts with a
     prologue that puts the architectural registers and the scratchpad in a known state,
     so examples do not depend on each other."""
     with open_transport("model", config=SMALL) as model, \
-            open_transport("amaranth", config=SMALL, top=FetchesLocked(SMALL)) as rtl:
+            open_transport("amaranth", config=SMALL, top=CheckedTile(SMALL)) as rtl:
         yield Device(model), Device(rtl)
 
 
@@ -112,7 +94,7 @@ PASSES = TileConfig(gmem_bytes=2048, spad_bank_words=64, trace_depth=8, vector_l
 def test_model_matches_rtl_in_passes(seed):
     """Fewer vector lanes change when results come, never what they are."""
     with open_transport("model", config=PASSES) as model, \
-            open_transport("amaranth", config=PASSES, top=FetchesLocked(PASSES)) as rtl:
+            open_transport("amaranth", config=PASSES, top=CheckedTile(PASSES)) as rtl:
         model, rtl = Device(model), Device(rtl)
         for k in range(3):
             check(model, rtl, random_program(seed * 10 + k, PASSES))
@@ -124,7 +106,7 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed):
     control unit's port only when it fetches (every way into a fetch must ask for
     the read), GMEM behind one port and the trace FIFO written a quarter of a record
     per cycle (the traces compared too)."""
-    top = FetchesLocked(SMALL, gmem_ports="single", store_ports="shared", trace_width=64)
+    top = CheckedTile(SMALL, gmem_ports="single", store_ports="shared", trace_width=64)
     with open_transport("model", config=SMALL) as model, \
             open_transport("amaranth", config=SMALL, top=top) as rtl:
         model, rtl = Device(model), Device(rtl)

@@ -28,6 +28,7 @@ from fusetile.host import fpga
 from fusetile.host.cli import main
 from fusetile.host.uart_protocol import Cmd, Status, encode_request
 
+from checked_tile import CheckedTile
 from test_uart_bridge import LineMonitor, send_line
 from wb_helpers import raises_in_constructor
 
@@ -188,33 +189,35 @@ def test_board_core_drives_only_the_leds_it_has():
     Fragment.get(core, None)
 
 
-@pytest.mark.parametrize("name", ["icebreaker"])
-def test_board_configuration_runs_the_mlp_bit_exactly(name):
+@pytest.mark.parametrize("name,workload", [("icebreaker", "mlp"), ("ulx3s-85f", "mlp"),
+                                           ("ulx3s-85f", "cnn"), ("ulx3s-85f", "rescnn")])
+def test_board_configuration_runs_a_model_bit_exactly(name, workload):
     """The tile a board builds runs a real model in the RTL, outputs equal to the
     golden model's: for the iCEBreaker, a vector unit of one lane for four (every
     REQUANT row and VADD word in four passes), GMEM behind one port, as in its
-    SPRAM, and the instruction stores read through the control unit's port. (The
-    ULX3S builds the default configuration, which the rest of the suite runs.)"""
+    SPRAM, and the instruction stores read through the control unit's port; for the
+    ULX3S, the default configuration with GMEM on one read and one write port. The
+    tile asserts in every cycle the RAM contracts the builds rely on
+    (``tests/checked_tile.py``): no read the compiled kernels use meets a write."""
     import numpy as np
     from fusetile.host.bench import _workload
     from fusetile.host.device import Device
     from fusetile.host.runner import infer, load_program
-    from fusetile.hdl.tile import Tile
     from fusetile.host.transport import open_transport
     from fusetile.kernels.compiler import compile_graph
     from fusetile.workloads.digits import load_split
 
     config = BOARDS[name].config
-    graph = _workload("mlp")
-    samples = load_split()[2][:4]
+    graph = _workload(workload)
+    samples = load_split()[2][:4 if workload == "mlp" else 2]
     x = graph.quantize_input(samples.reshape((len(samples),) +
                                              tuple(graph.tensors[graph.input].shape)))
     program = compile_graph(graph, config)
     outputs = {}
     board = BOARDS[name]
-    tops = {"model": {}, "amaranth": {"top": Tile(config, gmem_ports=board.gmem_ports,
-                                                  store_ports=board.store_ports,
-                                                  trace_width=board.trace_width)}}
+    tops = {"model": {}, "amaranth": {"top": CheckedTile(config, gmem_ports=board.gmem_ports,
+                                                         store_ports=board.store_ports,
+                                                         trace_width=board.trace_width)}}
     for target, top in tops.items():
         with open_transport(target, config=config, **top) as transport:
             dev = Device(transport)
@@ -485,26 +488,28 @@ def _core_rtlil():
     return rtlil.convert(core, name="fusetile")
 
 
-def test_collision_patterns_name_the_instruction_stores():
+def test_collision_patterns_name_the_instruction_stores_and_the_scratchpad():
     """`fpga.UNDEFINED_COLLISIONS` selects the RAM read ports of the modules its
     patterns match: of the core's modules with read ports, those are the plan and
-    kernel stores and nothing else (Yosys' own run of it: the slow test below)."""
+    kernel stores and the scratchpad, and nothing else (Yosys' own run of it: the slow
+    test below)."""
     patterns = re.findall(r"(\S+)/t:\$memrd_v2", " ".join(fpga.UNDEFINED_COLLISIONS))
     with_reads = set()
     for block in _core_rtlil().split("\nmodule ")[1:]:
         name = block.split(None, 1)[0].lstrip("\\")
         if "cell $memrd_v2" in block:
             with_reads.add(name)
-    assert len(with_reads) > 5      # the scratchpad's banks, GMEM, the counters, ...
+    assert len(with_reads) > 5      # GMEM, the counters, the trace, ...
     assert {m for m in with_reads if any(fnmatch(m, p) for p in patterns)} == {
-        "fusetile.tile.plans", "fusetile.tile.kernels"}
+        "fusetile.tile.plans", "fusetile.tile.kernels", "fusetile.tile.spad"}
 
 
 @pytest.mark.slow
-def test_only_the_instruction_stores_ignore_collisions(tmp_path):
+def test_only_the_instruction_stores_and_the_scratchpad_ignore_collisions(tmp_path):
     """The build's declaration that a read colliding with a write may return anything
     (`fpga.UNDEFINED_COLLISIONS`, run after Yosys reads the design) reaches the read
-    ports of the plan and kernel stores, every one of them, and no other RAM's."""
+    ports of the plan and kernel stores and the scratchpad's banks, every one of them,
+    and no other RAM's."""
     (tmp_path / "core.il").write_text(_core_rtlil())
     (tmp_path / "t.ys").write_text("\n".join(
         ["read_rtlil core.il", *fpga.UNDEFINED_COLLISIONS, "proc", "write_json t.json"]))
@@ -516,8 +521,9 @@ def test_only_the_instruction_stores_ignore_collisions(tmp_path):
             if cell["type"] == "$memrd_v2":
                 ports.setdefault(name, []).append(int(cell["parameters"]["COLLISION_X_MASK"], 2))
     assert {m: masks for m, masks in ports.items() if any(masks)} == {
-        "fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1]}
-    assert len(ports) > 5       # the scratchpad's banks, GMEM, the counters, ... untouched
+        "fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1],
+        "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks}
+    assert len(ports) > 5       # GMEM, the counters, the trace, ... untouched
 
 
 def test_timing_paths_ranks_the_longest_path(tmp_path):

@@ -1,0 +1,48 @@
+"""The tile with the RAM contracts the bitstream builds rely on asserted in every cycle.
+
+The builds declare that a block RAM read meeting a write of its word may return
+anything (`fusetile.host.fpga.UNDEFINED_COLLISIONS`: no read-during-write emulation,
+whose multiplexer after the RAM's output was on the ULX3S build's worst paths). Amaranth
+cannot say that, and its simulation returns the old word; so the tests that run
+programs simulate this tile, which fails the simulation at the first cycle that breaks
+the contract:
+
+* the instruction stores: a read the control unit uses (``*_rd_en``) is of a bank or
+  slot whose host writes the store refuses in that cycle (``hdl/stores.py``);
+* the scratchpad: no performed read meets a write of its word by another port. The
+  hardware does not prevent it; a program does it only by racing a DMA transfer
+  against an instruction on the same words without a WAIT between
+  (``docs/architecture.md``, "Scratchpad races").
+"""
+
+from amaranth.hdl import Assert
+
+from fusetile.hdl.tile import Tile
+
+
+__all__ = ["CheckedTile"]
+
+
+class CheckedTile(Tile):
+    """:class:`~fusetile.hdl.tile.Tile`, asserting the RAM contracts above."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        ctrl = m.submodules.control
+        with m.If(ctrl.plan_rd_en):
+            m.d.comb += Assert((ctrl.plan_rd_bank == ctrl.active_bank) | ctrl.plan_lock_all,
+                               "a plan fetch from a bank the host may write")
+        with m.If(ctrl.kern_rd_en):
+            m.d.comb += Assert(ctrl.slot_lock & (ctrl.locked_slot == ctrl.kern_rd_slot),
+                               "a kernel fetch from a slot the host may write")
+        # A performed access is in the open partition, so equal offsets are one word.
+        spad = m.submodules.spad
+        ports = {name: getattr(spad, name) for name in spad.PORTS}
+        done = {name: p.en & ~p.fault & ~p.stall & ~spad.abort for name, p in ports.items()}
+        for r, rp in ports.items():
+            for w, wp in ports.items():
+                if r != w:
+                    with m.If(done[r] & ~rp.we & done[w] & wp.we & (rp.offset == wp.offset)):
+                        m.d.comb += Assert(0, f"scratchpad: port {r} reads the word "
+                                              f"port {w} writes")
+        return m
