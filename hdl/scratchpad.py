@@ -125,9 +125,16 @@ class Scratchpad(wiring.Component):
     are above another, and the control unit's operand check keeps their accesses
     inside the partition.)
 
-    Every port has a read latency of 1 cycle; a write takes effect at the clock edge
-    (a read of the same word in the next cycle sees it). Any port may read or write:
-    the roles listed below are how the tile uses them. A port left undriven is idle.
+    Every port has a read latency of 1 cycle. A write is *posted*: the cycle it is
+    performed registers it, and it reaches its bank at the end of the next cycle. A
+    read of the word in that next cycle returns the old word in simulation and an
+    undefined one built for an FPGA (the bitstream builds declare the banks'
+    collisions undefined: `fusetile.host.fpga.UNDEFINED_COLLISIONS`); a read from the
+    cycle after on returns the new word. In the tile, only a program that races a DMA
+    transfer against an instruction on the same words reads a word the cycle after
+    it is written (``docs/architecture.md``, "Scratchpad races"). Any port may read or
+    write: the roles listed below are how the tile uses them. A port left undriven is
+    idle.
 
     Parameters
     ----------
@@ -166,7 +173,7 @@ class Scratchpad(wiring.Component):
         bank ``b``.
     bank_writes : Out(spad_banks)
         Combinational: bit ``b`` is high in a cycle in which a write is performed in
-        bank ``b``.
+        bank ``b`` (it reaches the bank in the next).
     conflicts : Out(range(len(PORTS) + 1))
         Combinational: the number of ports stalled this cycle.
     abort : In(1)
@@ -295,21 +302,25 @@ class Scratchpad(wiring.Component):
             ]
             stalls.append(req.port.stall)
 
-        # Grants are one per bank and direction, so these are plain selects.
+        # Grants are one per bank and direction, so these are plain selects. Writes
+        # are posted (above): a bank's write port is driven from registers only, not
+        # through the units' requests, the partition test and the grants (6c60865's
+        # routed worst path ended at a bank's write enable).
+        writes = []
         for b, (wp, rp) in enumerate(mems):
+            write = Signal(name=f"bank{b}_write")
             for req in reqs:
                 with m.If(req.rd_grant & (req.bank == b)):
                     m.d.comb += [rp.addr.eq(req.row), rp.en.eq(1)]
                 with m.If(req.wr_grant & (req.bank == b)):
-                    m.d.comb += [
-                        wp.addr.eq(req.row),
-                        wp.data.eq(req.port.wdata),
-                        wp.en.eq(1),
-                    ]
+                    m.d.comb += write.eq(~self.abort)
+                    m.d.sync += [wp.addr.eq(req.row), wp.data.eq(req.port.wdata)]
+            m.d.sync += wp.en.eq(write)
+            writes.append(write)
 
         with m.If(self.abort):
             for wp, rp in mems:
-                m.d.comb += [rp.en.eq(0), wp.en.eq(0)]
+                m.d.comb += rp.en.eq(0)
 
         for req in reqs:
             # A bank's read data is only valid the cycle after the read, and the next
@@ -321,7 +332,7 @@ class Scratchpad(wiring.Component):
 
         m.d.comb += [
             self.bank_reads.eq(Cat(rp.en for _, rp in mems)),
-            self.bank_writes.eq(Cat(wp.en for wp, _ in mems)),
+            self.bank_writes.eq(Cat(writes)),
             self.conflicts.eq(sum(stalls)),
         ]
         return m

@@ -72,9 +72,9 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 # with it). The instruction stores never use a word read in the cycle the host writes
 # it (the writes they refuse cover every fetch, and the host's own read shares no
 # cycle with its write: `hdl/stores.py`), and a scratchpad read meets a write of its
-# word only in a program that races a DMA transfer against an instruction
-# (`docs/architecture.md`, "Scratchpad races"); `tests/checked_tile.py` asserts both
-# in every cycle of the tests that run programs. So their read ports are declared not
+# word (posted: the cycle after it is performed) only in a program that races a DMA
+# transfer against an instruction (`docs/architecture.md`, "Scratchpad races");
+# `tests/checked_tile.py` asserts both in every cycle of the tests that run programs. So their read ports are declared not
 # to care, which Amaranth cannot say (the netlist's COLLISION_X_MASK): no emulation.
 # The patterns match the board tops (`fusetile.core.tile.*`) and the cores the scripts
 # map alone (`fusetile.tile.*`).

@@ -9,13 +9,14 @@ the contract:
 
 * the instruction stores: a read the control unit uses (``*_rd_en``) is of a bank or
   slot whose host writes the store refuses in that cycle (``hdl/stores.py``);
-* the scratchpad: no performed read meets a write of its word by another port. The
-  hardware does not prevent it; a program does it only by racing a DMA transfer
+* the scratchpad: no performed read is of a word written in the cycle before (its
+  write is posted: it reaches the bank in the cycle of that read; ``hdl/scratchpad.py``).
+  The hardware does not prevent it; a program does it only by racing a DMA transfer
   against an instruction on the same words without a WAIT between
   (``docs/architecture.md``, "Scratchpad races").
 """
 
-from amaranth.hdl import Assert
+from amaranth.hdl import Assert, Signal
 
 from fusetile.hdl.tile import Tile
 
@@ -35,14 +36,18 @@ class CheckedTile(Tile):
         with m.If(ctrl.kern_rd_en):
             m.d.comb += Assert(ctrl.slot_lock & (ctrl.locked_slot == ctrl.kern_rd_slot),
                                "a kernel fetch from a slot the host may write")
-        # A performed access is in the open partition, so equal offsets are one word.
+        # A performed access is in the open partition, so equal offsets are one word
+        # (the partition changes only at a CALL, when no access is in flight).
         spad = m.submodules.spad
         ports = {name: getattr(spad, name) for name in spad.PORTS}
-        done = {name: p.en & ~p.fault & ~p.stall & ~spad.abort for name, p in ports.items()}
-        for r, rp in ports.items():
-            for w, wp in ports.items():
-                if r != w:
-                    with m.If(done[r] & ~rp.we & done[w] & wp.we & (rp.offset == wp.offset)):
-                        m.d.comb += Assert(0, f"scratchpad: port {r} reads the word "
-                                              f"port {w} writes")
+        for w, wp in ports.items():
+            written = Signal(name=f"{w}_wrote")
+            offset = Signal.like(wp.offset, name=f"{w}_wrote_offset")
+            m.d.sync += [written.eq(wp.en & wp.we & ~wp.fault & ~wp.stall & ~spad.abort),
+                         offset.eq(wp.offset)]
+            for r, rp in ports.items():
+                read = rp.en & ~rp.we & ~rp.fault & ~rp.stall & ~spad.abort
+                with m.If(written & read & (rp.offset == offset)):
+                    m.d.comb += Assert(0, f"scratchpad: port {r} reads the word port {w} "
+                                          f"wrote in the cycle before")
         return m
