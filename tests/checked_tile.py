@@ -40,14 +40,13 @@ class CheckedTile(Tile):
         # (the partition changes only at a CALL, when no access is in flight).
         spad = m.submodules.spad
         ports = {name: getattr(spad, name) for name in spad.PORTS}
+        done = {name: p.en & ~p.fault & ~p.stall & ~spad.abort for name, p in ports.items()}
         for w, wp in ports.items():
             written = Signal(name=f"{w}_wrote")
             offset = Signal.like(wp.offset, name=f"{w}_wrote_offset")
-            m.d.sync += [written.eq(wp.en & wp.we & ~wp.fault & ~wp.stall & ~spad.abort),
-                         offset.eq(wp.offset)]
+            m.d.sync += [written.eq(done[w] & wp.we), offset.eq(wp.offset)]
             for r, rp in ports.items():
-                read = rp.en & ~rp.we & ~rp.fault & ~rp.stall & ~spad.abort
-                with m.If(written & read & (rp.offset == offset)):
+                with m.If(written & done[r] & ~rp.we & (rp.offset == offset)):
                     m.d.comb += Assert(0, f"scratchpad: port {r} reads the word port {w} "
                                           f"wrote in the cycle before")
         return m
