@@ -640,6 +640,11 @@ def build_command(args, out):
         if path and not result["timing_met"]:
             console.print(f"critical path: {path['from']} -> {path['to']}, "
                           f"{path['delay_ns']:g} ns through {path['logic_cells']} logic cells")
+        late = result["late_endpoints"]
+        if late and late["endpoints"]:
+            blocks = ", ".join(f"{name} {n:,}" for name, n in list(late["by_block"].items())[:4])
+            console.print(f"late: {late['endpoints']:,} of {late['of']:,} endpoints after "
+                          f"{late['period_ns']:g} ns; most in {blocks}")
         console.print(f"bitstream: {result['bitstream']}")
 
     out.result(result, human=human)

@@ -3,9 +3,10 @@
 :func:`build` elaborates :class:`~fusetile.hdl.board.BoardTop` for a board, runs the
 PyPI YoWASP tools through amaranth-boards' platform (Yosys, nextpnr-ecp5 + ecppack or
 nextpnr-ice40 + icepack; no vendor tools), and reads back what they measured:
-nextpnr's ``--report`` JSON for Fmax and the placed cells (and on the iCE40, whose
-logic cells pair a LUT with a flip-flop, Yosys' ``stat`` for how many of each). It
-answers with one dictionary (what ``--json`` prints).
+nextpnr's ``--report`` JSON for Fmax, the placed cells and the endpoints that miss
+the clock (and on the iCE40, whose logic cells pair a LUT with a flip-flop, Yosys'
+``stat`` for how many of each). It answers with one dictionary (what ``--json``
+prints).
 :func:`program` loads the bitstream with openFPGALoader when that is installed.
 
 The tools are the ``fpga`` extra (``pip install -e '.[fpga]'``; ``make bitstream``
@@ -27,7 +28,7 @@ from ..kernels.config import TileConfig
 
 
 __all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS",
-           "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
+           "REPLICATED", "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
@@ -81,9 +82,14 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
                         "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
                         "*.tile.spad/t:$memrd_v2"]
+# Registers the gateware copies on purpose, one per group of the flip-flops it enables
+# or selects for (the MAC array's valid and first bits, one per accumulator), are
+# named `..._replica`; Yosys would merge identical registers back into one driving them
+# all across the device. `keep` on each copy's flip-flop stops that.
+REPLICATED = ["setattr -set keep 1 w:*__replica %ci1:+$dff[Q] t:$dff %i"]
 _SYNTH_OPTIONS = {
     "ecp5": {
-        "script_after_read": "\n".join(UNDEFINED_COLLISIONS),
+        "script_after_read": "\n".join(UNDEFINED_COLLISIONS + REPLICATED),
         "synth_opts": "-run begin:map_luts",
         "script_after_synth": "\n".join([
             *ECP5_LUT_MAPPING,
@@ -91,7 +97,8 @@ _SYNTH_OPTIONS = {
         ]),
     },
     # The UP5K's eight SB_MAC16 take multipliers only when asked.
-    "ice40": {"script_after_read": "\n".join(UNDEFINED_COLLISIONS), "synth_opts": "-dsp"},
+    "ice40": {"script_after_read": "\n".join(UNDEFINED_COLLISIONS + REPLICATED),
+              "synth_opts": "-dsp"},
 }
 
 
@@ -145,7 +152,8 @@ def parse_report(report, family):
     dict
         ``fmax_mhz`` (of the tile's clock: the slowest constrained clock),
         ``clock_mhz`` (its constraint), ``cells``: resource name ->
-        ``{"used", "available"}``, and ``critical_path`` (see :func:`_critical_path`).
+        ``{"used", "available"}``, ``critical_path`` (see :func:`_critical_path`) and
+        ``late`` (see :func:`_late_endpoints`).
     """
     clocks = report.get("fmax", {})
     if not clocks:
@@ -158,7 +166,8 @@ def parse_report(report, family):
             cells[ours] = {"used": u["used"], "available": u["available"]}
     return {"clock": name, "fmax_mhz": round(clocks[name]["achieved"], 2),
             "clock_mhz": round(clocks[name]["constraint"], 2), "cells": cells,
-            "critical_path": _critical_path(report, name)}
+            "critical_path": _critical_path(report, name),
+            "late": _late_endpoints(report, name, clocks[name]["constraint"])}
 
 
 def _critical_path(report, clock):
@@ -180,6 +189,40 @@ def _critical_path(report, clock):
             "logic_cells": sum(step["type"] == "logic" for step in steps),
         }
     return None
+
+
+#: Blocks named in a report's count of late endpoints, the most first.
+LATE_BLOCKS = 12
+
+
+def _late_endpoints(report, clock, clock_mhz):
+    """How many of ``clock``'s endpoints (flip-flop, block RAM and multiplier inputs,
+    a bit each) the worst path into them reaches after the clock period, and in which
+    blocks: how far a design is from its clock, where the critical path says only how
+    far its worst path is. From the arrival times nextpnr's ``--detailed-timing-report``
+    adds to its report (setup time not counted); None without them.
+
+    Returns ``{"endpoints", "of", "period_ns", "by_block"}``: ``by_block`` maps the
+    hierarchy of a late endpoint's cell (``core.tile.compute.mac``) to its count, for
+    the :data:`LATE_BLOCKS` blocks with the most.
+    """
+    nets = report.get("detailed_net_timings")
+    if nets is None:
+        return None
+    period = 1e3 / clock_mhz
+    total, blocks = 0, {}
+    for net in nets:
+        for end in net.get("endpoints", []):
+            if end.get("event", "").split()[-1:] != [clock]:
+                continue
+            total += 1
+            if end["delay"][-1] > period:       # [min, max] arrival, ns
+                # Yosys' generated names carry dots of their own after a "$".
+                block = end["cell"].split("$", 1)[0].rpartition(".")[0] or "(top)"
+                blocks[block] = blocks.get(block, 0) + 1
+    ranked = sorted(blocks.items(), key=lambda item: (-item[1], item[0]))
+    return {"endpoints": sum(blocks.values()), "of": total, "period_ns": round(period, 3),
+            "by_block": dict(ranked[:LATE_BLOCKS])}
 
 
 def parse_yosys_stat(log):
@@ -250,7 +293,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     dict
         ``board``, ``device``, ``config``, ``clock_mhz`` (asked for and made by the
         PLL), ``fmax_mhz``, ``timing_met``, ``critical_path`` (where it starts and
-        ends, its delay and logic cells), ``resources`` (name -> used/available),
+        ends, its delay and logic cells), ``late_endpoints`` (how many endpoints miss
+        the clock, by block), ``resources`` (name -> used/available),
         ``macs``, ``peak_gops`` (2 x MACs x clock), ``peak_gops_at_fmax``,
         ``uart`` (baud and divisor), ``leds``, ``build_seconds``, ``bitstream``.
 
@@ -272,8 +316,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     env = tool_environment(board.family)
     platform = board.make_platform()
     top = BoardTop(board, config, clock_hz=clock_hz, baud=baud)
-    nextpnr = ["--report", "report.json", "--timing-allow-fail", "--seed", str(seed),
-               *_NEXTPNR_OPTIONS[board.family]]
+    nextpnr = ["--report", "report.json", "--detailed-timing-report", "--timing-allow-fail",
+               "--seed", str(seed), *_NEXTPNR_OPTIONS[board.family]]
     options = {"nextpnr_opts": nextpnr, **_SYNTH_OPTIONS.get(board.family, {})}
     say(f"elaborating the tile for {board.name} ({platform.device})")
     start = time.monotonic()
@@ -316,6 +360,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "fmax_mhz": report["fmax_mhz"],
         "timing_met": report["fmax_mhz"] >= clock_mhz,
         "critical_path": report["critical_path"],
+        "late_endpoints": report["late"],
         "resources": resources,
         "macs": macs,
         "peak_gops": round(2 * macs * clock_mhz / 1e3, 2),
