@@ -219,18 +219,11 @@ class MacArray(wiring.Component):
                 for j in range(cfg.cols):
                     prod = Signal(signed(16), name=f"prod_{i}_{j}", reset_less=True)
                     m.d.sync += prod.eq(op_a[i] * op_b[j])
-                    # Each accumulator has its own copy of the stage's valid and first
-                    # bits, which the builds keep apart (`REPLICATED` in host/fpga.py):
-                    # one register would drive the enables and selects of all R x C x 32
-                    # accumulator bits, across the array (docs/fpga.md, step 30).
-                    adding_ij = Signal(name=f"adding_{i}_{j}__replica")
-                    first_ij = Signal(name=f"first_{i}_{j}__replica")
-                    m.d.sync += [adding_ij.eq(op_valid & ~self.abort), first_ij.eq(op_first)]
                     with m.If(self.bias_valid):
                         m.d.sync += acc[i][j].eq(self.bias_value[i])
-                    with m.Elif(adding_ij):
+                    with m.Elif(adding):
                         # The sum is 33 bits wide; the assignment wraps it to 32.
-                        m.d.sync += acc[i][j].eq(Mux(first_ij, 0, acc[i][j]) + prod)
+                        m.d.sync += acc[i][j].eq(Mux(prod_first, 0, acc[i][j]) + prod)
 
         with m.Switch(self.row):
             for i in range(cfg.rows):

@@ -28,7 +28,7 @@ from ..kernels.config import TileConfig
 
 
 __all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS",
-           "REPLICATED", "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
+           "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
@@ -82,14 +82,9 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
                         "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
                         "*.tile.spad/t:$memrd_v2"]
-# Registers the gateware copies on purpose, one per group of the flip-flops it enables
-# or selects for (the MAC array's valid and first bits, one per accumulator), are
-# named `..._replica`; Yosys would merge identical registers back into one driving them
-# all across the device. `keep` on each copy's flip-flop stops that.
-REPLICATED = ["setattr -set keep 1 w:*__replica %ci1:+$dff[Q] t:$dff %i"]
 _SYNTH_OPTIONS = {
     "ecp5": {
-        "script_after_read": "\n".join(UNDEFINED_COLLISIONS + REPLICATED),
+        "script_after_read": "\n".join(UNDEFINED_COLLISIONS),
         "synth_opts": "-run begin:map_luts",
         "script_after_synth": "\n".join([
             *ECP5_LUT_MAPPING,
@@ -97,8 +92,7 @@ _SYNTH_OPTIONS = {
         ]),
     },
     # The UP5K's eight SB_MAC16 take multipliers only when asked.
-    "ice40": {"script_after_read": "\n".join(UNDEFINED_COLLISIONS + REPLICATED),
-              "synth_opts": "-dsp"},
+    "ice40": {"script_after_read": "\n".join(UNDEFINED_COLLISIONS), "synth_opts": "-dsp"},
 }
 
 

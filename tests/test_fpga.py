@@ -21,7 +21,6 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from fusetile.hdl.board import BOARDS, LED_MEANINGS, BoardCore, BoardTop, board
-from fusetile.hdl.mac_array import MacArray
 from fusetile.kernels.config import TileConfig
 from fusetile.hdl.pll import ecp5_pll_params, ice40_pll_params
 from fusetile.hdl.regmap import hwcfg_values, tile_memory_map, config_from_hwcfg
@@ -317,8 +316,7 @@ def test_mac_array_in_sb_mac16s_matches_its_rtl(tmp_path):
     from importlib.resources import files
     from amaranth.back import verilog
     from amaranth.sim import Simulator
-    from fusetile.hdl.mac_array import MacArray
-
+    
     config = TileConfig(rows=2, cols=2, word_bytes=4)
     rng = random.Random(9)
     cycles = []                 # (valid, a, b, first, bias_valid, bias, abort, row)
@@ -550,26 +548,6 @@ def test_only_the_instruction_stores_and_the_scratchpad_ignore_collisions(tmp_pa
         "fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1],
         "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks}
     assert len(ports) > 5       # GMEM, the counters, the trace, ... untouched
-
-
-@pytest.mark.slow
-def test_the_mac_arrays_replicated_registers_stay_apart(tmp_path):
-    """`fpga.REPLICATED` keeps the MAC array's copies of its valid and first bits (one
-    per accumulator) through the ULX3S's synthesis flow, which merges them without it."""
-    config = TileConfig(rows=2, cols=3, word_bytes=4)
-    (tmp_path / "mac.il").write_text(rtlil.convert(MacArray(config), name="mac"))
-    opts = fpga._SYNTH_OPTIONS["ecp5"]
-    flow = [f"synth_ecp5 -top mac {opts['synth_opts']}", *fpga.ECP5_LUT_MAPPING,
-            "synth_ecp5 -top mac -run map_cells:", "write_json t.json"]
-    yosys = fpga.tool_environment("ecp5")["YOSYS"]
-    copies = {}
-    for name, keep in (("kept", fpga.REPLICATED), ("merged", [])):
-        (tmp_path / f"{name}.ys").write_text("\n".join(["read_rtlil mac.il", *keep, *flow]))
-        subprocess.run([yosys, "-q", f"{name}.ys"], cwd=tmp_path, check=True)
-        cells = json.loads((tmp_path / "t.json").read_text())["modules"]["mac"]["cells"]
-        copies[name] = sum(c["type"] == "TRELLIS_FF" and "__replica" in n
-                           for n, c in cells.items())
-    assert copies["kept"] == 2 * 2 * 3 and copies["merged"] <= 2
 
 
 def test_timing_paths_ranks_the_longest_path(tmp_path):
