@@ -316,7 +316,8 @@ def test_mac_array_in_sb_mac16s_matches_its_rtl(tmp_path):
     from importlib.resources import files
     from amaranth.back import verilog
     from amaranth.sim import Simulator
-    
+    from fusetile.hdl.mac_array import MacArray
+
     config = TileConfig(rows=2, cols=2, word_bytes=4)
     rng = random.Random(9)
     cycles = []                 # (valid, a, b, first, bias_valid, bias, abort, row)
