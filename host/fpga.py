@@ -75,8 +75,9 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 # cycle with its write: `hdl/stores.py`), and a scratchpad read meets a write of its
 # word (posted: the cycle after it is performed) only in a program that races a DMA
 # transfer against an instruction (`docs/architecture.md`, "Scratchpad races");
-# `tests/checked_tile.py` asserts both in every cycle of the tests that run programs. So their read ports are declared not
-# to care, which Amaranth cannot say (the netlist's COLLISION_X_MASK): no emulation.
+# `tests/checked_tile.py` asserts both in every cycle of the tests that run programs.
+# So their read ports are declared not to care, which Amaranth cannot say (the
+# netlist's COLLISION_X_MASK): no emulation.
 # The patterns match the board tops (`fusetile.core.tile.*`) and the cores the scripts
 # map alone (`fusetile.tile.*`).
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
@@ -164,14 +165,17 @@ def parse_report(report, family):
             "late": _late_endpoints(report, name, clocks[name]["constraint"])}
 
 
+def _on(event, clock):
+    """Whether nextpnr's clock event (``"posedge $glbnet$clk"``) is of ``clock``."""
+    return event.split()[-1:] == [clock]
+
+
 def _critical_path(report, clock):
     """The worst register-to-register path of ``clock`` in nextpnr's report: the cells it
     starts and ends at, its delay and how many logic cells it passes (what to pipeline
     when timing fails), or None."""
     for path in report.get("critical_paths", []):
-        # "from" and "to" are clock edges: "posedge $glbnet$clk".
-        if path.get("from", "").split()[-1:] != [clock] or \
-                path.get("to", "").split()[-1:] != [clock]:
+        if not (_on(path.get("from", ""), clock) and _on(path.get("to", ""), clock)):
             continue
         steps = path.get("path", [])
         if not steps:
@@ -207,7 +211,7 @@ def _late_endpoints(report, clock, clock_mhz):
     total, blocks = 0, {}
     for net in nets:
         for end in net.get("endpoints", []):
-            if end.get("event", "").split()[-1:] != [clock]:
+            if not _on(end.get("event", ""), clock):
                 continue
             total += 1
             if end["delay"][-1] > period:       # [min, max] arrival, ns
