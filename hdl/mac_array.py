@@ -6,15 +6,19 @@ step per cycle and never stalls. Each step goes through three register stages:
 
 1. *operand*: the step's ``a``, ``b`` and ``first`` are registered as they are
    accepted (on an FPGA, the multipliers' input registers);
-2. *product*: every ``a[i] * b[j]`` (int8 x int8 -> int16) is registered (the
-   multipliers' pipeline / output register);
+2. *product*: every ``a[i] * b[j]`` (int8 x int8 -> int16) is registered (a
+   :class:`~fusetile.hdl.multiplier.Multiplier`: on an ECP5, one MULT18X18D per MAC
+   with its output register);
 3. *accumulate*: ``ACC[i][j]`` becomes ``(first ? 0 : ACC[i][j]) + product``, wrapping
    at 32 bits.
 
 Nothing but a register sits between a multiplier and its neighbours, so each stage is
-one DSP multiply or one 32-bit carry chain (plus the bias / hold multiplexer), with one
-MULT18X18D per MAC on an ECP5 whether or not the tools pull the operand and product
-registers into the DSP block.
+one DSP multiply or one 32-bit carry chain (plus the bias / hold multiplexer). The
+operand registers stay in the fabric, one per lane for a row or a column of
+multipliers: as the DSP blocks' input registers a lane would be a copy in each
+block of its row or column, spread over the device, and the scratchpad's read data
+(13 ns into the cycle already on the ULX3S, ``docs/fpga.md``) would have to reach
+all of them.
 
 Built for an iCE40 the stages are arranged for its SB_MAC16, whose 32-bit accumulator
 Yosys infers, register included, when nothing but a multiplexer sits in front of its
@@ -33,6 +37,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.vendor import SiliconBluePlatform
 
 from ..kernels.config import TileConfig
+from .multiplier import Multiplier
 
 
 __all__ = ["MacStepLayout", "MacArray"]
@@ -107,20 +112,21 @@ class MacArray(wiring.Component):
     step : In(stream.Signature(MacStepLayout(config)))
         MATMUL steps, valid/ready.
     bias_valid : In(1)
-        At the end of this cycle, set ``ACC[i][j] = bias_value[i]`` for every ``i, j``
-        (ACC_BIAS). Must only be asserted while ``busy`` is low (a step handed over in
-        the same cycle is fine: it is added to the bias); with a step being added in
-        the same cycle what ACC gets is undefined.
+        At the end of the next cycle, set ``ACC[i][j] = bias_value[i]`` for every
+        ``i, j`` (ACC_BIAS); ``busy`` is high in that next cycle. Must only be asserted
+        while ``busy`` is low (a step handed over in the same cycle is fine: it is
+        added to the bias); with a step being added in that next cycle what ACC gets
+        is undefined.
     bias_value : In(ArrayLayout(signed(32), rows))
-        The bias per row; as bits, the little-endian int32 array ACC_BIAS reads from
-        the scratchpad.
+        The bias per row, read in the cycle after ``bias_valid``; as bits, the
+        little-endian int32 array ACC_BIAS reads from the scratchpad.
     row : In(range(rows))
         Row of ACC to read out (``row >= rows``: ``acc_row`` reads 0).
     acc_row : Out(ArrayLayout(signed(32), cols))
         Registered readout: in cycle ``t + 1``, row ``row`` of ACC as it was in cycle
         ``t`` (one row per cycle, like a memory read port).
     busy : Out(1)
-        Accepted steps are in the pipeline, not yet in ACC.
+        Accepted steps are in the pipeline, not yet in ACC, or a bias is being loaded.
     macs : Out(range(rows * cols + 1))
         Multiply-accumulates done this cycle: ``rows * cols`` or 0.
     abort : In(1)
@@ -193,6 +199,17 @@ class MacArray(wiring.Component):
         adding = Signal()
         m.d.comb += adding.eq(prod_valid)
 
+        # ACC_BIAS loads a cycle after `bias_valid`, and the accumulators' enable is a
+        # register of its own: each drives all rows x cols x 32 accumulator bits, and
+        # `bias_valid`, which the compute unit works out in its cycle, into them was
+        # 801 of the ULX3S build's late endpoints at 100 MHz (docs/fpga.md, step 30).
+        bias_load = Signal()
+        acc_en = Signal()
+        m.d.sync += [
+            bias_load.eq(self.bias_valid),
+            acc_en.eq(self.bias_valid | op_valid & ~self.abort),
+        ]
+
         in_dsp = self.dsp_accumulator
         if in_dsp is None:
             in_dsp = isinstance(platform, SiliconBluePlatform)
@@ -207,23 +224,28 @@ class MacArray(wiring.Component):
                 dsp_a.eq(Mux(op_valid & ~self.abort, op_a, 0)),
                 dsp_b.eq(op_b),
             ]
-            load = self.bias_valid | prod_first
+            load = bias_load | prod_first
             for i in range(cfg.rows):
-                init = Mux(self.bias_valid, self.bias_value[i], 0)
+                init = Mux(bias_load, self.bias_value[i], 0)
                 for j in range(cfg.cols):
-                    with m.If(self.bias_valid | adding):
+                    with m.If(acc_en):
                         m.d.sync += acc[i][j].eq(Mux(load, init, acc[i][j]) +
                                                  dsp_a[i] * dsp_b[j])
         else:
             for i in range(cfg.rows):
                 for j in range(cfg.cols):
-                    prod = Signal(signed(16), name=f"prod_{i}_{j}", reset_less=True)
-                    m.d.sync += prod.eq(op_a[i] * op_b[j])
-                    with m.If(self.bias_valid):
-                        m.d.sync += acc[i][j].eq(self.bias_value[i])
-                    with m.Elif(adding):
-                        # The sum is 33 bits wide; the assignment wraps it to 32.
-                        m.d.sync += acc[i][j].eq(Mux(prod_first, 0, acc[i][j]) + prod)
+                    # The product register: on an ECP5 the DSP block's own (its
+                    # operands come from the shared registers above).
+                    m.submodules[f"mul_{i}_{j}"] = mul = Multiplier(signed(8), signed(8),
+                                                                    latency=1)
+                    m.d.comb += [mul.a.eq(op_a[i]), mul.b.eq(op_b[j])]
+                    prod = mul.p
+                    with m.If(acc_en):
+                        with m.If(bias_load):
+                            m.d.sync += acc[i][j].eq(self.bias_value[i])
+                        with m.Else():
+                            # The sum is 33 bits wide; the assignment wraps it to 32.
+                            m.d.sync += acc[i][j].eq(Mux(prod_first, 0, acc[i][j]) + prod)
 
         with m.Switch(self.row):
             for i in range(cfg.rows):
@@ -233,7 +255,7 @@ class MacArray(wiring.Component):
                 m.d.sync += self.acc_row.eq(0)
 
         m.d.comb += [
-            self.busy.eq(op_valid | prod_valid),
+            self.busy.eq(op_valid | prod_valid | bias_load),
             self.macs.eq(Mux(adding, cfg.rows * cfg.cols, 0)),
         ]
         return m

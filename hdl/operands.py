@@ -14,6 +14,7 @@ from ..kernels.config import TileConfig
 from ..kernels.isa import MicroOp, MicroArgs, VectorCfg
 from ..kernels.operands import MAX_OPERANDS
 from .compare import at_least
+from .multiplier import Multiplier
 
 
 __all__ = ["OperandCheck"]
@@ -97,7 +98,10 @@ class OperandCheck(wiring.Component):
         count = [Signal(16, name=f"count{i}") for i in range(2)]
         stride = [Signal(16, name=f"stride{i}") for i in range(2)]
         product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
-        m.d.sync += [product[i].eq(count[i] * stride[i]) for i in range(2)]
+        for i in range(2):
+            # The product register: on an ECP5 the DSP block's own.
+            m.submodules[f"mul{i}"] = mul = Multiplier(16, 16, latency=1)
+            m.d.comb += [mul.a.eq(count[i]), mul.b.eq(stride[i]), product[i].eq(mul.p)]
         base = [Signal(16, name=f"base{i}") for i in range(MAX_OPERANDS)]
         extra = [Signal(16, name=f"extra{i}") for i in range(MAX_OPERANDS)]
         adds = [Signal(2, name=f"adds{i}") for i in range(MAX_OPERANDS)]   # bit k: product k

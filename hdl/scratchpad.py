@@ -305,17 +305,29 @@ class Scratchpad(wiring.Component):
         # Grants are one per bank and direction, so these are plain selects. Writes
         # are posted (above): a bank's write port is driven from registers only, not
         # through the units' requests, the partition test and the grants (6c60865's
-        # routed worst path ended at a bank's write enable).
+        # routed worst path ended at a bank's write enable). Every port's word and row
+        # are registered each cycle, granted or not, and each bank registers which
+        # port it writes for: the wide registers load without an enable, which from
+        # the grants was the ULX3S build's second worst path (13.9 ns, step 31).
+        for req in reqs:
+            req.posted_row = Signal.like(req.row, name=f"{req.name}_posted_row",
+                                         reset_less=True)
+            req.posted_data = Signal.like(req.port.wdata, name=f"{req.name}_posted_data",
+                                          reset_less=True)
+            m.d.sync += [req.posted_row.eq(req.row), req.posted_data.eq(req.port.wdata)]
         writes = []
         for b, (wp, rp) in enumerate(mems):
             write = Signal(name=f"bank{b}_write")
-            for req in reqs:
+            writer = Signal(range(len(reqs)), name=f"bank{b}_writer")
+            for i, req in enumerate(reqs):
                 with m.If(req.rd_grant & (req.bank == b)):
                     m.d.comb += [rp.addr.eq(req.row), rp.en.eq(1)]
                 with m.If(req.wr_grant & (req.bank == b)):
                     m.d.comb += write.eq(~self.abort)
-                    m.d.sync += [wp.addr.eq(req.row), wp.data.eq(req.port.wdata)]
+                    m.d.sync += writer.eq(i)
             m.d.sync += wp.en.eq(write)
+            m.d.comb += [wp.addr.eq(Array(req.posted_row for req in reqs)[writer]),
+                         wp.data.eq(Array(req.posted_data for req in reqs)[writer])]
             writes.append(write)
 
         with m.If(self.abort):

@@ -40,6 +40,7 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from ..kernels.isa import CmpOp
 from .compare import below
+from .multiplier import Multiplier
 
 
 __all__ = [
@@ -97,11 +98,12 @@ def _product_sum(m, sel, terms_1, terms_0, name):
 
     The terms are the values that the stage's operand registers take at the next
     clock edge (their inputs), so that the sum comes two cycles after those registers
-    hold them. Cycle 1 registers the operand pieces of every partial product of
-    16-bit pieces, chosen by ``sel``, so that each DSP multiplier is fed by flip-flops
-    of its own (the choice in front of the DSP, from one ``sel`` flip-flop for every
-    lane, was the ULX3S build's worst path); cycle 2 registers the partial products
-    (a DSP multiplier with its output register each); cycle 3 their shifted sum. The
+    hold them. Each partial product of 16-bit pieces is a :class:`Multiplier` of
+    latency 2: cycle 1 registers its operand pieces, chosen by ``sel``, so that each
+    DSP multiplier is fed by registers of its own (the choice in front of the DSP,
+    from one ``sel`` flip-flop for every lane, was the ULX3S build's worst path), and
+    cycle 2 the partial product (on an ECP5 both are the DSP block's registers);
+    cycle 3 registers their shifted sum. The
     k-th partial product of ``terms_1`` and that of ``terms_0`` share a multiplier, so
     both sets cost as many multipliers as the larger. ``sel`` is sampled with the
     terms.
@@ -122,10 +124,9 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(zip(part_1, part_0)):
         x = _register(m, Mux(sel, a1, a0), f"{name}_x{k}")
         y = _register(m, Mux(sel, b1, b0), f"{name}_y{k}")
-        product = x * y
-        reg = Signal(product.shape(), name=f"{name}_pp{k}", reset_less=True)
-        m.d.sync += reg.eq(product)
-        shifted.append(reg << o1 if o1 == o0 else Mux(sel_2, reg << o1, reg << o0))
+        m.submodules[f"{name}_mul{k}"] = mul = Multiplier(x.shape(), y.shape(), latency=1)
+        m.d.comb += [mul.a.eq(x), mul.b.eq(y)]
+        shifted.append(mul.p << o1 if o1 == o0 else Mux(sel_2, mul.p << o1, mul.p << o0))
     total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum",
                    reset_less=True)
     m.d.sync += total.eq(sum(shifted))

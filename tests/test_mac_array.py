@@ -69,10 +69,15 @@ async def send_step(ctx, dut, a, b, first):
 
 
 async def set_bias(ctx, dut, bias):
+    """ACC_BIAS: ``bias_valid`` for a cycle, then the cycle the bias loads in, which
+    ``busy`` shows."""
     ctx.set(dut.bias_value, list(bias))
     ctx.set(dut.bias_valid, 1)
     await ctx.tick()
     ctx.set(dut.bias_valid, 0)
+    assert ctx.get(dut.busy)
+    await ctx.tick()
+    assert not ctx.get(dut.busy)
 
 
 async def drain(ctx, dut, limit=LATENCY + 1):
@@ -371,11 +376,7 @@ def test_throughput_busy_and_macs(k, style):
 
     async def bench(ctx):
         idle(ctx, dut)
-        ctx.set(dut.bias_value, [0] * 8)
-        ctx.set(dut.bias_valid, 1)
-        await ctx.tick()
-        ctx.set(dut.bias_valid, 0)
-        assert not ctx.get(dut.busy)
+        await set_bias(ctx, dut, [0] * 8)
         busy, macs, ready = [], [], []
         done = k - 1 + LATENCY
         for cycle in range(done + 3):
