@@ -293,10 +293,12 @@ class Scratchpad(wiring.Component):
             higher = reqs[:i]
             rd_lost = Cat(h.rd & (h.bank == req.bank) for h in higher).any()
             wr_lost = Cat(h.wr & (h.bank == req.bank) for h in higher).any()
+            req.rd_claim = Signal(name=f"{req.name}_rd_claim")
             req.rd_grant = Signal(name=f"{req.name}_rd_grant")
             req.wr_grant = Signal(name=f"{req.name}_wr_grant")
             m.d.comb += [
-                req.rd_grant.eq(req.rd & req.inside & ~rd_lost),
+                req.rd_claim.eq(req.rd & ~rd_lost),
+                req.rd_grant.eq(req.rd_claim & req.inside),
                 req.wr_grant.eq(req.wr & req.inside & ~wr_lost),
                 req.port.stall.eq(req.inside & (req.rd & rd_lost | req.wr & wr_lost)),
             ]
@@ -320,8 +322,13 @@ class Scratchpad(wiring.Component):
             write = Signal(name=f"bank{b}_write")
             writer = Signal(range(len(reqs)), name=f"bank{b}_writer")
             for i, req in enumerate(reqs):
+                # The address follows the claim, the read enable the grant: the
+                # partition test stays off the address (step 31's routed worst path,
+                # the limit through the grant into a bank's read address).
+                with m.If(req.rd_claim & (req.bank == b)):
+                    m.d.comb += rp.addr.eq(req.row)
                 with m.If(req.rd_grant & (req.bank == b)):
-                    m.d.comb += [rp.addr.eq(req.row), rp.en.eq(1)]
+                    m.d.comb += rp.en.eq(1)
                 with m.If(req.wr_grant & (req.bank == b)):
                     m.d.comb += write.eq(~self.abort)
                     m.d.sync += writer.eq(i)
