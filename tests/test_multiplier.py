@@ -1,7 +1,6 @@
 # amaranth: UnusedElaboratable=no
 
 import random
-import subprocess
 
 import pytest
 from amaranth.back import verilog
@@ -10,6 +9,8 @@ from amaranth.sim import Simulator
 from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
 from fusetile.hdl.multiplier import Multiplier
+
+from icarus import run_testbench
 
 
 # (a, b) shapes: the MAC array's int8 lanes, and the vector unit's 16-bit pieces with
@@ -122,28 +123,13 @@ def test_mult18x18d_instance_in_icarus(a_shape, b_shape, latency, tmp_path):
     (tmp_path / "mult18x18d.v").write_text(_mult18x18d_model())
     pairs = operands(a_shape, b_shape, 60, seed=a_shape.width * 17 + b_shape.width)
     aw, bw, pw = a_shape.width, b_shape.width, len(dut.p)
-    steps = "\n".join(f"    a = {aw}'d{a % (1 << aw)}; b = {bw}'d{b % (1 << bw)}; "
-                      f"@(posedge clk); #1 $display(\"%d\", p);"
-                      for a, b in pairs + [(0, 0)] * latency)
-    (tmp_path / "tb.v").write_text(f"""`timescale 1ns/1ps
-module tb;
-    reg clk = 0, rst = 1;
-    reg [{aw - 1}:0] a = 0;
+    out = run_testbench(tmp_path, f"""    reg [{aw - 1}:0] a = 0;
     reg [{bw - 1}:0] b = 0;
     wire [{pw - 1}:0] p;
-    mul dut(.clk(clk), .rst(rst), .a(a), .b(b), .p(p));
-    always #5 clk = ~clk;
-    initial begin
-    @(posedge clk); #1 rst = 0;
-{steps}
-    $finish;
-    end
-endmodule
-""")
-    subprocess.run(["iverilog", "-g2012", "-o", "tb.vvp", "tb.v", "mul.v", "mult18x18d.v"],
-                   cwd=tmp_path, check=True)
-    out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, check=True,
-                         capture_output=True, text=True).stdout.split()
-    got = [int(v) for v in out if v.isdigit()]
+    mul dut(.clk(clk), .rst(rst), .a(a), .b(b), .p(p));""",
+        [f"a = {aw}'d{a % (1 << aw)}; b = {bw}'d{b % (1 << bw)}; "
+         f"@(posedge clk); #1 $display(\"%d\", p);" for a, b in pairs + [(0, 0)] * latency],
+        ["mul.v", "mult18x18d.v"])
+    got = [int(v) for v in out if v.strip().isdigit()]
     wrap = [(x - (1 << pw) if dut.p.shape().signed and x >> pw - 1 else x) for x in got]
     assert wrap[latency - 1:latency - 1 + len(pairs)] == [a * b for a, b in pairs]
