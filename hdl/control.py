@@ -300,15 +300,20 @@ class ControlUnit(wiring.Component):
         m.d.comb += self.events.swap.eq(take_swap)
 
         # -- trace record of the current call -----------------------------------------
-        # The DMA's word pulses are registered before they are added: they come out of
-        # the scratchpad's arbitration late in the cycle, and a 32-bit adder after them
-        # was the longest path of the ULX3S build (docs/fpga.md, step 18). The record
-        # adds the last cycle's pulse itself, so it still counts every word moved
-        # before the cycle it is pushed in.
+        # The DMA's word pulses and the compute unit's busy bits are registered before
+        # they are added: they come out of the scratchpad's arbitration and the
+        # compute unit's completion late in the cycle, and a 32-bit adder after them
+        # was the longest path of the ULX3S build (docs/fpga.md, steps 18 and 31). The
+        # record adds the last cycle's pulse itself, so it still counts every word
+        # moved and every busy cycle before the cycle it is pushed in.
         words_in = Signal()
         words_out = Signal()
+        mac_busy = Signal()
+        vec_busy = Signal()
         m.d.sync += [words_in.eq(self.in_kernel & self.dma_word_in),
-                     words_out.eq(self.in_kernel & self.dma_word_out)]
+                     words_out.eq(self.in_kernel & self.dma_word_out),
+                     mac_busy.eq(self.in_kernel & self.mac_busy),
+                     vec_busy.eq(self.in_kernel & self.vec_busy)]
         record = self.trace_record
         m.d.comb += [
             record.slot.eq(self.slot),
@@ -320,8 +325,8 @@ class ControlUnit(wiring.Component):
             record.dma_busy.eq(call_dma_busy),
             record.bytes_in.eq((call_words_in + words_in) * cfg.word_bytes),
             record.bytes_out.eq((call_words_out + words_out) * cfg.word_bytes),
-            record.mac_busy.eq(call_mac_busy),
-            record.vec_busy.eq(call_vec_busy),
+            record.mac_busy.eq(call_mac_busy + mac_busy),
+            record.vec_busy.eq(call_vec_busy + vec_busy),
         ]
         with m.If(self.in_kernel):
             m.d.sync += [
@@ -329,8 +334,8 @@ class ControlUnit(wiring.Component):
                 call_dma_busy.eq(call_dma_busy + self.dma_busy),
                 call_words_in.eq(call_words_in + words_in),
                 call_words_out.eq(call_words_out + words_out),
-                call_mac_busy.eq(call_mac_busy + self.mac_busy),
-                call_vec_busy.eq(call_vec_busy + self.vec_busy),
+                call_mac_busy.eq(call_mac_busy + mac_busy),
+                call_vec_busy.eq(call_vec_busy + vec_busy),
             ]
 
         m.d.comb += self.events.active.eq(self.running)
