@@ -5,7 +5,7 @@ operand word ``b`` into ``ACC[i][j]`` for every ``i < R, j < C``; the array take
 step per cycle and never stalls. Each step goes through three register stages:
 
 1. *operand*: the step's ``a``, ``b`` and ``first`` are registered as they are
-   accepted (on an FPGA, the multipliers' input registers);
+   accepted (in the fabric, one register per lane: below);
 2. *product*: every ``a[i] * b[j]`` (int8 x int8 -> int16) is registered (a
    :class:`~fusetile.hdl.multiplier.Multiplier`: on an ECP5, one MULT18X18D per MAC
    with its output register);

@@ -98,12 +98,13 @@ def _product_sum(m, sel, terms_1, terms_0, name):
 
     The terms are the values that the stage's operand registers take at the next
     clock edge (their inputs), so that the sum comes two cycles after those registers
-    hold them. Each partial product of 16-bit pieces is a :class:`Multiplier` of
-    latency 2: cycle 1 registers its operand pieces, chosen by ``sel``, so that each
-    DSP multiplier is fed by registers of its own (the choice in front of the DSP,
-    from one ``sel`` flip-flop for every lane, was the ULX3S build's worst path), and
-    cycle 2 the partial product (on an ECP5 both are the DSP block's registers);
-    cycle 3 registers their shifted sum. The
+    hold them. Cycle 1 registers the operand pieces of every partial product of
+    16-bit pieces, chosen by ``sel``, so that each DSP multiplier is fed by flip-flops
+    of its own (the choice in front of the DSP, from one ``sel`` flip-flop for every
+    lane, was the ULX3S build's worst path); cycle 2 registers the partial products
+    (a :class:`Multiplier` of latency 1 each: on an ECP5 the DSP block's output
+    register; with its input registers too, the operands' own inputs came later,
+    docs/fpga.md step 31); cycle 3 their shifted sum. The
     k-th partial product of ``terms_1`` and that of ``terms_0`` share a multiplier, so
     both sets cost as many multipliers as the larger. ``sel`` is sampled with the
     terms.
