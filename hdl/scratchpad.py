@@ -317,6 +317,8 @@ class Scratchpad(wiring.Component):
             req.posted_data = Signal.like(req.port.wdata, name=f"{req.name}_posted_data",
                                           reset_less=True)
             m.d.sync += [req.posted_row.eq(req.row), req.posted_data.eq(req.port.wdata)]
+        posted_rows = Array(req.posted_row for req in reqs)
+        posted_data = Array(req.posted_data for req in reqs)
         writes = []
         for b, (wp, rp) in enumerate(mems):
             write = Signal(name=f"bank{b}_write")
@@ -333,8 +335,7 @@ class Scratchpad(wiring.Component):
                     m.d.comb += write.eq(~self.abort)
                     m.d.sync += writer.eq(i)
             m.d.sync += wp.en.eq(write)
-            m.d.comb += [wp.addr.eq(Array(req.posted_row for req in reqs)[writer]),
-                         wp.data.eq(Array(req.posted_data for req in reqs)[writer])]
+            m.d.comb += [wp.addr.eq(posted_rows[writer]), wp.data.eq(posted_data[writer])]
             writes.append(write)
 
         with m.If(self.abort):
