@@ -5,16 +5,20 @@ It owns the MAC array (:class:`~fusetile.hdl.mac_array.MacArray`), the vector AL
 vector configuration registers, and reads and writes the scratchpad through three
 ports: ``a`` and ``b`` (operand reads) and ``w`` (result writes).
 
-Every operation is a stream of *steps* through a three-part pipeline:
+Every operation is a stream of *steps* through a four-part pipeline:
 
 1. *issue*: the step's reads are presented on ``a`` (and ``b``); a read answered with
    ``stall`` is presented again in the next cycle, a performed read of a step whose
    other read stalled is kept in a hold register (so that ``a`` and ``b`` hitting the
    same bank cannot starve ``b`` forever);
-2. *data*, the cycle after the step's last read: the words go to the MAC array (MATMUL),
-   the vector ALU (VADD, VPOOL, VCLAMP, VCMP, VARGMAX; its rows: REQUANT) or the
-   operand buffer (ACC_BIAS, REQUANT's per-channel table);
-3. *write*: the vector ALU's words and rows have a fixed latency and no
+2. *read*, the cycle after the step's last read: the scratchpad's words are
+   registered (nothing else is done with them: a block RAM's read is most of a
+   cycle); a REQUANT row, which reads no word, goes to the vector ALU's rows from here
+   with its ACC row;
+3. *data*: the words go to the MAC array (MATMUL), the vector ALU (VADD, VPOOL,
+   VCLAMP, VCMP, VARGMAX) or the operand buffer (ACC_BIAS, REQUANT's per-channel
+   table);
+4. *write*: the vector ALU's words and rows have a fixed latency and no
    backpressure, so each result is written to ``w`` in the cycle it appears.
 
 Faults are precise in program order (for each output: its inputs, then the output): a
@@ -78,31 +82,31 @@ class ComputeUnit(wiring.Component):
     Cycles of ``busy`` with no stalls (R = rows, W = ``word_bytes``):
 
     =========  =========================================================
-    MATMUL     ``k + 3`` (one step per cycle)
-    ACC_BIAS   ``ceil(4R / W) + 1``
-    REQUANT    ``R + 7``; per-channel ``ceil(8R / W) + 2`` more (the table is
+    MATMUL     ``k + 4`` (one step per cycle)
+    ACC_BIAS   ``ceil(4R / W) + 2``
+    REQUANT    ``R + 8``; per-channel ``ceil(8R / W) + 3`` more (the table is
                read first)
-    VADD       ``n + 9``
-    VCLAMP     ``n + 9``
-    VPOOL      ``n * window + 9``
-    VCMP       words read ``+ 9`` (1 word without ``reduce``)
-    VARGMAX    ``ceil(n / W) + 9``; with ``column`` ``n + 9``
+    VADD       ``n + 11``
+    VCLAMP     ``n + 11``
+    VPOOL      ``n * window + 11``
+    VCMP       words read ``+ 11`` (1 word without ``reduce``)
+    VARGMAX    ``ceil(n / W) + 11``; with ``column`` ``n + 11``
     VCFG       0
     =========  =========================================================
 
     With fewer vector lanes than lanes in a word (P = ``config.vector_passes`` > 1), a
     REQUANT row, a VADD word and the last word of a VPOOL average's window issue at
     most one per P cycles (the lane multipliers take P cycles over each), and every
-    vector result comes P - 1 cycles later: REQUANT ``R * P + 7`` (and the table),
-    VADD ``n * P + 9``, VPOOL with ``average`` ``(n - 1) * max(window, P) + window + 8
-    + P``, the others ``P - 1`` more than above.
+    vector result comes P - 1 cycles later: REQUANT ``R * P + 8`` (and the table),
+    VADD ``n * P + 11``, VPOOL with ``average`` ``(n - 1) * max(window, P) + window +
+    10 + P``, the others ``P - 1`` more than above.
 
     Each stalled read adds a cycle. Reads of ``a`` and ``b`` in the same bank in the
     same cycle make ``b`` stall, so a MATMUL or VADD whose two operands are always in
     the same bank takes two cycles per step (the compiler should put them in different
     banks, e.g. ``b_addr - a_addr`` odd with unit strides).
 
-    Overlap: reads run up to 8 + P words ahead of writes, so an output may overwrite an
+    Overlap: reads run up to 10 + P words ahead of writes, so an output may overwrite an
     input of the same operation only if that input has been read already: exactly in
     place (VADD, VCLAMP output = an input) is fine, as is any layout in which no input
     word is read after an output overwrote it; other overlaps give results that depend
@@ -292,6 +296,14 @@ class ComputeUnit(wiring.Component):
         rfault = Signal()       # a read faulted: issue stopped, pipeline draining
         rfault_addr = Signal(_ADDR_BITS)
 
+        # -- read stage: the scratchpad answers; its words are registered ---------------
+        r_valid = Signal()
+        r_hold_a = Signal()
+        r_hold_b = Signal()
+        r_first = Signal()
+        r_last = Signal()
+        r_idx = Signal(16)
+
         # -- data stage -------------------------------------------------------------
         d_valid = Signal()
         d_hold_a = Signal()
@@ -374,18 +386,25 @@ class ComputeUnit(wiring.Component):
             with m.Elif(pace != 0):
                 m.d.sync += pace.eq(pace - 1)
 
-        # ACC row readout for REQUANT: registered, so it arrives with the data stage.
+        # ACC row readout for REQUANT: registered, so it arrives with the read stage
+        # (a row reads no scratchpad word, so it goes to the requantiser from there).
         m.d.comb += mac.row.eq(idx)
 
         m.d.sync += [
             cap_a.eq(a_performed & ~advance),
             cap_b.eq(b_performed & ~advance),
-            d_valid.eq(advance),
-            d_hold_a.eq(a_have),
-            d_hold_b.eq(b_have),
-            d_first.eq(first),
-            d_last.eq(last),
-            d_idx.eq(idx),
+            r_valid.eq(advance),
+            r_hold_a.eq(a_have),
+            r_hold_b.eq(b_have),
+            r_first.eq(first),
+            r_last.eq(last),
+            r_idx.eq(idx),
+            d_valid.eq(r_valid),
+            d_hold_a.eq(r_hold_a),
+            d_hold_b.eq(r_hold_b),
+            d_first.eq(r_first),
+            d_last.eq(r_last),
+            d_idx.eq(r_idx),
         ]
         with m.If(cap_a):
             m.d.sync += hold_a.eq(self.a.rdata)
@@ -428,12 +447,20 @@ class ComputeUnit(wiring.Component):
                     b_have.eq(0),
                 ]
 
-        # -- data stage ---------------------------------------------------------------
+        # -- read and data stages -----------------------------------------------------
+        # The words the scratchpad answers are registered before anything uses them: a
+        # block RAM's clock-to-output is half of a 100 MHz cycle, and its words fan
+        # out to the MAC array's operands, the vector unit and the operand buffer. A
+        # held word stays in its hold register until the data stage has used it (the
+        # next step's read is captured two cycles after it issues, at the earliest).
+        rdata_a = Signal(word_bits, reset_less=True)
+        rdata_b = Signal(word_bits, reset_less=True)
+        m.d.sync += [rdata_a.eq(self.a.rdata), rdata_b.eq(self.b.rdata)]
         word_a = Signal(word_bits)
         word_b = Signal(word_bits)
         m.d.comb += [
-            word_a.eq(Mux(d_hold_a, hold_a, self.a.rdata)),
-            word_b.eq(Mux(d_hold_b, hold_b, self.b.rdata)),
+            word_a.eq(Mux(d_hold_a, hold_a, rdata_a)),
+            word_b.eq(Mux(d_hold_b, hold_b, rdata_b)),
         ]
 
         # MAC array.
@@ -453,14 +480,15 @@ class ComputeUnit(wiring.Component):
                     with m.Case(j):
                         m.d.sync += buf[j * word_bits:(j + 1) * word_bits].eq(word_a)
 
-        # Requantiser (the vector ALU's rows): one ACC row per step. A command is
-        # drained before the next starts, so REQUANT holds the lane multipliers alone.
+        # Requantiser (the vector ALU's rows): one ACC row per step, from the read
+        # stage. A command is drained before the next starts, so REQUANT holds the
+        # lane multipliers alone.
         table = Array(buf[64 * i:64 * i + 64] for i in range(R))
-        entry = table[d_idx[:max(1, (R - 1).bit_length())]]
+        entry = table[r_idx[:max(1, (R - 1).bit_length())]]
         rq_in = alu.rq.payload
         m.d.comb += [
             alu.requant.eq(is_op[MicroOp.REQUANT]),
-            alu.rq.valid.eq(d_valid & rows_phase),
+            alu.rq.valid.eq(r_valid & rows_phase),
             rq_in.acc.as_value().eq(mac.acc_row.as_value()),   # lanes >= cols: 0
             rq_in.mult.eq(Mux(requant.per_channel, entry[:32], regs.mult_a)),
             rq_in.shift.eq(Mux(requant.per_channel, entry[32:37], regs.shift)),
@@ -469,7 +497,7 @@ class ComputeUnit(wiring.Component):
             rq_in.hi.eq(regs.hi),
         ]
         rq_pipe, rq_out = _shift_reg(m, "rq_pipe", alu.requant_latency,
-                                     d_valid & rows_phase, squash)
+                                     r_valid & rows_phase, squash)
 
         # Vector ALU.
         vector = (is_op[MicroOp.VADD] | is_op[MicroOp.VPOOL] | is_op[MicroOp.VCLAMP] |
@@ -556,7 +584,7 @@ class ComputeUnit(wiring.Component):
 
         # -- completion -----------------------------------------------------------------
         drained = Signal()
-        m.d.comb += drained.eq(running & ~issuing & ~d_valid & ~rq_pipe.any() &
+        m.d.comb += drained.eq(running & ~issuing & ~r_valid & ~d_valid & ~rq_pipe.any() &
                                ~alu_pipe.any() & ~mac.busy)
         last_phase = ~(load & is_op[MicroOp.REQUANT])
         finishing = Signal()    # the last cycle of a command that completes normally
@@ -742,6 +770,7 @@ class ComputeUnit(wiring.Component):
             ]
         with m.If(squash):
             m.d.sync += [
+                r_valid.eq(0),
                 d_valid.eq(0),
                 a_have.eq(0),
                 b_have.eq(0),

@@ -219,8 +219,12 @@ class Scratchpad(wiring.Component):
         the end of the scratchpad; 0 if it does not exist or its base is not a
         multiple of ``spad_banks``).
 
-        Every partition's limit is worked out from the table a cycle ahead, so that
-        opening a partition is a selection, not arithmetic after one."""
+        Every partition's limit is worked out from the table ahead, so that opening a
+        partition is a selection, not arithmetic after one: its room from its base in
+        one cycle, the limit from the room and its length in the next (in one, the two
+        comparisons and the subtraction were 136 of the ULX3S build's late endpoints).
+        A partition written is in effect two cycles later, sooner than the host's next
+        bus access can start a kernel."""
         cfg = self._config
         limits = []
         for p in range(cfg.partitions):
@@ -228,7 +232,7 @@ class Scratchpad(wiring.Component):
             room = Signal(17, name=f"part{p}_room")      # words from base to the end
             limit = Signal(17, name=f"part{p}_limit")
             aligned = _bank_row(base, cfg)[0] == 0      # the first word of a row
-            m.d.comb += room.eq(Mux((base < cfg.spad_words) & aligned,
+            m.d.sync += room.eq(Mux((base < cfg.spad_words) & aligned,
                                     cfg.spad_words - base, 0))
             m.d.sync += limit.eq(Mux(length < room, length, room))
             limits.append(limit)

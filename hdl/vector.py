@@ -96,9 +96,9 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     """``sum(a * b for a, b in terms_1)`` if ``sel`` else the same over ``terms_0``,
     from one set of multipliers, three cycles after the terms' values are given.
 
-    The terms are the values that the stage's operand registers take at the next
-    clock edge (their inputs), so that the sum comes two cycles after those registers
-    hold them. Cycle 1 registers the operand pieces of every partial product of
+    The terms are the stage's operand registers (their inputs, a cycle sooner, put
+    VPOOL's merge in front of every multiplier: the ULX3S build's worst paths, step
+    32). Cycle 1 registers the operand pieces of every partial product of
     16-bit pieces, chosen by ``sel``, so that each DSP multiplier is fed by flip-flops
     of its own (the choice in front of the DSP, from one ``sel`` flip-flop for every
     lane, was the ULX3S build's worst path); cycle 2 registers the partial products
@@ -377,14 +377,14 @@ class VectorAlu(wiring.Component):
     REQUANT: lane ``j`` of a row's result is ``clamp(zp + round_half_even(acc[j] *
     mult / 2**(31 + shift)), lo, hi)``. A row presented on ``rq`` in cycle ``t`` is on
     ``rq_o`` (``valid`` high, payload registered) in cycle ``t + REQUANT_LATENCY``;
-    rows may follow each other in consecutive cycles. Pipeline: input registers;
-    partial products (4 per lane, 16 x 16 bits); their sum; shift and sticky;
-    rounding and zero point; clamp.
+    rows may follow each other in consecutive cycles. Pipeline: input registers; the
+    multipliers' operand registers; partial products (4 per lane, 16 x 16 bits);
+    their sum; shift and sticky; rounding and zero point; clamp.
 
     The rows and the scaled words (VADD, VPOOL average) share the lane multipliers
     and everything after them; ``requant`` says which of the two they serve. A row
-    needs it high the cycle after the row is presented, a scaled word low two cycles
-    after the word is presented (the cycles they reach the multipliers). The compute
+    needs it high in the cycle the row is presented, a scaled word low the cycle
+    after the word is presented (it is registered with the operands). The compute
     unit holds it for a whole command (high for REQUANT), and never has a REQUANT
     row and a vector word in flight together: sharing saves 4 DSP multipliers per
     lane and a rounding and clamp datapath.
@@ -429,12 +429,14 @@ class VectorAlu(wiring.Component):
     after the previous one (the compute unit paces them); the other words still come
     one per cycle.
 
-    Pipeline (``LATENCY`` = 8 with P = 1): input registers; operand preparation and the
-    reductions (VPOOL sums and maxima, VCLAMP); partial products; the products' sum;
+    Pipeline (``LATENCY`` = 9 with P = 1): input registers (with VCLAMP's comparisons
+    and VPOOL's pair sums and maxima); operand preparation and the reductions (VPOOL's
+    merge, VCLAMP's selection); the multipliers' operand registers; partial products;
+    the products' sum;
     shift and sticky; rounding and zero point; clamp; output register. VADD is
     ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
     ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers. Beside stages
-    2..7, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
+    2..8, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
     tree per stage (three stages for 8 lanes, four for 16; beyond, two or more levels
     per stage), merge it with the best so far the next stage and compare or test the
     result the stage after that.
@@ -461,7 +463,7 @@ class VectorAlu(wiring.Component):
     requant : In(1)
         The lane multipliers serve the rows (1) or the words (0): high in the cycle a
         row is presented on ``rq``, low in the cycle after a word is presented on
-        ``i`` (the multipliers register their operands a cycle early).
+        ``i`` (registered with the operands, as ``rows``).
     busy : Out(1)
         Words or rows are in flight: high from the cycle after one is presented until
         the cycle before its result is out (one cycle for a VPOOL word that does not
@@ -476,12 +478,12 @@ class VectorAlu(wiring.Component):
 
     #: Cycles from the word completing a result on ``i`` to the result on ``o``, with a
     #: lane multiplier per lane (:attr:`latency` in general).
-    LATENCY = 8
+    LATENCY = 9
     #: Cycles from a row on ``rq`` to its result on ``rq_o``, with a lane multiplier
     #: per lane (:attr:`requant_latency` in general).
-    REQUANT_LATENCY = 6
+    REQUANT_LATENCY = 7
     #: At most this many registers on the lane tree of VCMP and VARGMAX, so that the
-    #: merge (a stage) and the comparison (a stage) are done by stage 7.
+    #: merge (a stage) and the comparison (a stage) are done by stage 8.
     _TREE_STAGES = 4
 
     def __init__(self, config):
@@ -531,10 +533,43 @@ class VectorAlu(wiring.Component):
         s1 = Signal(self.i.payload.shape(), name="s1", reset_less=True)
         with m.If(self.i.valid):
             m.d.sync += s1.eq(self.i.payload)
+        # What stage 2 decides from a lane alone is worked out here and registered with
+        # the word: VCLAMP's three comparisons, and VPOOL's pair (u, v) as a sum less
+        # the zero points and as a maximum, so that stage 2 is a selection (VCLAMP) or
+        # one adder and one comparison against the accumulator (VPOOL). (In stage 2
+        # they were the ULX3S build's worst paths, steps 26 and 31.)
+        pay = self.i.payload
+        lanes_in = [pay.a[j] for j in range(lanes)]
+        zp_in = self.regs.zp_a
+        pre = {
+            "above":    Cat(lanes_in[j] > pay.hi for j in range(lanes)),
+            "below":    Cat(lanes_in[j] < pay.lo for j in range(lanes)),
+            "inverted": pay.lo > pay.hi,
+        }
+        uvz_next, uvmax_next = [], []
+        for j in range(lanes):
+            if j < half:
+                u = Mux(pay.pairs, lanes_in[2 * j], lanes_in[j])
+                v = Mux(pay.pairs, lanes_in[2 * j + 1], 0)
+                v_max = Mux(pay.pairs, lanes_in[2 * j + 1], lanes_in[j])
+                zp_x = Mux(pay.pairs, zp_in * 2, zp_in)
+            else:
+                u, v, v_max, zp_x = lanes_in[j], 0, lanes_in[j], zp_in
+            uvz_next.append(u + v - zp_x)
+            uvmax_next.append(Mux(below(u, v_max), v_max, u))
+        # |u + v - 2 ZP_A| <= 510; a pair's maximum is a lane.
+        uvz = Signal(data.ArrayLayout(signed(11), lanes), name="s1_uvz", reset_less=True)
+        uvmax = Signal(data.ArrayLayout(signed(8), lanes), name="s1_uvmax", reset_less=True)
+        s1_pre = {name: Signal(len(value), name=f"s1_{name}", reset_less=True)
+                  for name, value in pre.items()}
+        with m.If(self.i.valid):
+            m.d.sync += [uvz[j].eq(uvz_next[j]) for j in range(lanes)]
+            m.d.sync += [uvmax[j].eq(uvmax_next[j]) for j in range(lanes)]
+            m.d.sync += [s1_pre[name].eq(value) for name, value in pre.items()]
         s1_valid = _register(m, self.i.valid, "s1_valid", reset_less=False)
         s1_regs = _register(m, self.regs, "s1_regs")
-        # (The lane multipliers register their operands themselves, from the inputs of
-        # the row's and the word's operand registers: `row_next`, `opa_next`, ...)
+        # (The lane multipliers register their operands themselves, from the row's and
+        # the word's operand registers, `row` and `opa` ...)
         row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
         row_next = Signal(self.rq.payload.shape(), name="row_next")
         m.d.comb += row_next.eq(self.rq.payload)
@@ -566,32 +601,16 @@ class VectorAlu(wiring.Component):
 
         # VPOOL: one accumulator per output lane, sum of (x - ZP_A) or max. A lane takes
         # a pair (u, v), or its own input u (v is then 0 in the sum, u again in the
-        # maximum), and its merge with the accumulator is laid out flat: the sum is
-        # (u + v) + (acc + ZP term), two adders side by side and one after; the maximum
-        # compares acc, u and v pairwise at once and selects. (The pair's sum or
-        # maximum, then its merge with acc, one after the other, was the ULX3S build's
-        # worst path.) The ZP term is -2 ZP_A for a pair, -ZP_A for one input
-        # (registered beside s1_regs), and 0 stands in for acc on the first word.
-        neg_zp = _register(m, -self.regs.zp_a, "s1_neg_zp")
-        neg_2zp = _register(m, -2 * self.regs.zp_a, "s1_neg_2zp")
+        # maximum): stage 1 holds u + v less the zero points (2 ZP_A for a pair) and
+        # max(u, v), so the merge with the accumulator is one adder or one comparison
+        # (0 stands in for acc in the sum on the first word, and the pair's maximum
+        # wins).
         pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
         pooled = []
         for j in range(lanes):
-            if j < half:
-                u = _wire(m, Mux(s1.pairs, a[2 * j], a[j]), f"pool_u{j}")
-                v = _wire(m, Mux(s1.pairs, a[2 * j + 1], 0), f"pool_v{j}")
-                v_max = _wire(m, Mux(s1.pairs, a[2 * j + 1], a[j]), f"pool_vmax{j}")
-                zp_term = Mux(s1.pairs, neg_2zp, neg_zp)
-            else:
-                u, v, v_max, zp_term = a[j], 0, a[j], neg_zp
             acc = pool[j]
-            base = _wire(m, Mux(s1.first, 0, acc) + zp_term, f"pool_base{j}")
-            total = _wire(m, (u + v) + base, f"pool_sum{j}")
-            # Below every input, on the first word: the maximum is then u's or v's.
-            acc_m = _wire(m, Mux(s1.first, -(1 << 15), acc), f"pool_acc{j}")
-            acc_wins = _wire(m, ~below(acc_m, u) & ~below(acc_m, v_max),
-                             f"pool_acc_wins{j}")
-            biggest = _wire(m, Mux(acc_wins, acc_m, Mux(below(u, v_max), v_max, u)),
+            total = _wire(m, Mux(s1.first, 0, acc) + uvz[j], f"pool_sum{j}")
+            biggest = _wire(m, Mux(s1.first | below(acc, uvmax[j]), uvmax[j], acc),
                             f"pool_max{j}")
             merged = Signal(signed(16), name=f"pooled{j}")
             m.d.comb += merged.eq(Mux(s1.average, total, biggest))
@@ -608,7 +627,7 @@ class VectorAlu(wiring.Component):
         # The word's own maximum, a level of the lane tree per stage (one compare and
         # select per cycle), then its merge with the best so far, then VCMP's
         # comparison and VARGMAX's test: all of them in one or two stages were the
-        # tile's longest paths. Up to 16 lanes, everything is done by stage 7, so
+        # tile's longest paths. Up to 16 lanes, everything is done by stage 8, so
         # LATENCY does not change.
         word_max, word_arg, tree = _argmax(m, masked, self._TREE_STAGES, "word")
 
@@ -684,13 +703,13 @@ class VectorAlu(wiring.Component):
                     m.d.comb += [opa_next[j].eq(pooled[j]), opb_next[j].eq(0)]
                     m.d.sync += word[j].eq(pooled[j])
             with m.Case(VectorOp.VCLAMP):
-                # min(max(a, lo), hi) with the three comparisons side by side (one
-                # after the other, the two carry chains and their selections were the
-                # ULX3S build's worst path): hi when lo > hi, as numpy's clip.
-                inverted = s1.lo > s1.hi
+                # min(max(a, lo), hi) from the comparisons of stage 1: hi when lo > hi,
+                # as numpy's clip.
+                to_hi = s1_pre["inverted"][0]
                 for j in range(lanes):
                     m.d.sync += word[j].eq(
-                        Mux(inverted | (a[j] > s1.hi), s1.hi, Mux(a[j] < s1.lo, s1.lo, a[j])))
+                        Mux(to_hi | s1_pre["above"][j], s1.hi,
+                            Mux(s1_pre["below"][j], s1.lo, a[j])))
 
         s2_op = _register(m, op, "s2_op")
         s2_pairs = _register(m, s1.pairs, "s2_pairs")
@@ -712,16 +731,17 @@ class VectorAlu(wiring.Component):
                 ]
         m.d.sync += [opa.eq(opa_next), opb.eq(opb_next), s2_regs.eq(s2_regs_next)]
 
-        # Stages 3..7 (a row's 2..6): (opa * MULT_A + opb * MULT_B), or a row's
+        # Stages 3..8 (a row's 2..7): (opa * MULT_A + opb * MULT_B), or a row's
         # acc * mult, requantised, on the same multipliers (the lanes of a group),
-        # which take their operands from the registers' inputs, `requant` with them.
-        prods = [_product_sum(m, self.requant, [(row_next.acc[j], row_next.mult)],
-                              [(opa_next[j], s2_regs_next.mult_a),
-                               (opb_next[j], s2_regs_next.mult_b)],
+        # which take their operands from the operand registers, `requant` registered
+        # with them. (From the registers' inputs, a cycle sooner, VPOOL's merge and a
+        # selection were in front of every multiplier's operand registers.)
+        rows = _register(m, self.requant, "rows")      # with the operand registers
+        prods = [_product_sum(m, rows, [(row.acc[j], row.mult)],
+                              [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
                               f"prod{j}")
                  for j in range(group)]
-        rows = _register(m, self.requant, "rows")      # with the operand registers
-        shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), 2, f"scale_{name}")
+        shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), 3, f"scale_{name}")
                              for of_row, of_word, name in (
                                  (row.shift, s2_regs.shift, "shift"),
                                  (row.zp, s2_regs.zp_out, "zp"),
@@ -749,38 +769,38 @@ class VectorAlu(wiring.Component):
             self.rq_o.payload.saturated.eq(Cat(*saturated)),
         ]
 
-        # Stage 8: output register; pairs leave the upper half of the lanes 0. (With
-        # more than one pass, "stage 7" is the cycle of a scaled word's last group.)
+        # Stage 9: output register; pairs leave the upper half of the lanes 0. (With
+        # more than one pass, "stage 8" is the cycle of a scaled word's last group.)
         valid = [s2_valid]                      # valid[k]: stage 2 + k
-        for k in range(1, 6 + tail):
+        for k in range(1, 7 + tail):
             valid.append(_register(m, valid[-1], f"s{k + 2}_valid", reset_less=False))
-        s7_valid = valid[5 + tail]
-        s7_op = _delay(m, s2_op, 5 + tail, "op")
-        s7_scaled = _delay(m, s2_scaled, 5 + tail, "scaled")
-        s7_pairs = _delay(m, s2_pairs, 5 + tail, "pairs")
-        s7_word = _delay(m, word, 5 + tail, "word")
-        s7_flag = _delay(m, flag, 4 - tree + tail, "flag")          # flag: stage tree + 3
-        s7_index = _delay(m, best_index, 5 - tree + tail, "index")  # best_index: tree + 2
-        s7_upper = Signal(name="s7_upper")      # the upper lanes are 0 (VPOOL pairs)
-        m.d.comb += s7_upper.eq((s7_op == VectorOp.VPOOL) & s7_pairs)
+        s8_valid = valid[6 + tail]
+        s8_op = _delay(m, s2_op, 6 + tail, "op")
+        s8_scaled = _delay(m, s2_scaled, 6 + tail, "scaled")
+        s8_pairs = _delay(m, s2_pairs, 6 + tail, "pairs")
+        s8_word = _delay(m, word, 6 + tail, "word")
+        s8_flag = _delay(m, flag, 5 - tree + tail, "flag")          # flag: stage tree + 3
+        s8_index = _delay(m, best_index, 6 - tree + tail, "index")  # best_index: tree + 2
+        s8_upper = Signal(name="s8_upper")      # the upper lanes are 0 (VPOOL pairs)
+        m.d.comb += s8_upper.eq((s8_op == VectorOp.VPOOL) & s8_pairs)
 
         out = self.o.payload
         out_sat = []
         for j in range(lanes):
-            zero = s7_upper if j >= half else Const(0)
-            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(s7_scaled, scaled[j], s7_word[j])))
-            out_sat.append(~zero & s7_scaled & saturated[j])
+            zero = s8_upper if j >= half else Const(0)
+            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(s8_scaled, scaled[j], s8_word[j])))
+            out_sat.append(~zero & s8_scaled & saturated[j])
         m.d.sync += [
-            self.o.valid.eq(s7_valid),
-            out.op.eq(s7_op),
+            self.o.valid.eq(s8_valid),
+            out.op.eq(s8_op),
             out.saturated.eq(Cat(*out_sat)),
             out.sat_count.eq(sum(out_sat)),
-            out.flag.eq(((s7_op == VectorOp.VCMP) | (s7_op == VectorOp.VARGMAX)) & s7_flag),
-            out.index.eq(Mux(s7_op == VectorOp.VARGMAX, s7_index, 0)),
+            out.flag.eq(((s8_op == VectorOp.VCMP) | (s8_op == VectorOp.VARGMAX)) & s8_flag),
+            out.index.eq(Mux(s8_op == VectorOp.VARGMAX, s8_index, 0)),
         ]
 
         # Every accepted word, reductions included, passes stage 1 and sets `busy`;
-        # a VCMP or VARGMAX word goes through the lane tree to its merge; stages 2..7
+        # a VCMP or VARGMAX word goes through the lane tree to its merge; stages 2..8
         # carry only words that produce a result.
         m.d.comb += self.busy.eq(Cat(s1_valid, *in_tree, *valid, *row_valids[:-1]).any())
         return m

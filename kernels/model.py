@@ -46,21 +46,21 @@ as an issue does:
 =========  ====================================================  ========
 op         busy cycles (``extra``)                               unit
 =========  ====================================================  ========
-MATMUL     ``k + 3`` (array latency 3; 0 if ``k == 0``)           MAC
-ACC_BIAS   words of bias + 1                                     MAC
-REQUANT    ``R`` + parameter words (per-channel) + 6             vector
-VADD       ``n + 8`` (vector unit latency 8; 0 if ``n == 0``)    vector
-VPOOL      ``n * window + 8`` (0 if ``n == 0``)                  vector
-VCLAMP     ``n + 8`` (0 if ``n == 0``)                           vector
-VCMP       words read + 8                                        vector
-VARGMAX    words read + 8 (``n`` words with ``column``)          vector
+MATMUL     ``k + 4`` (array latency 3; 0 if ``k == 0``)           MAC
+ACC_BIAS   words of bias + 2                                     MAC
+REQUANT    ``R + 7``; per-channel, parameter words + 1 more         vector
+VADD       ``n + 10`` (vector unit latency 9; 0 if ``n == 0``)   vector
+VPOOL      ``n * window + 10`` (0 if ``n == 0``)                 vector
+VCLAMP     ``n + 10`` (0 if ``n == 0``)                          vector
+VCMP       words read + 10                                       vector
+VARGMAX    words read + 10 (``n`` words with ``column``)         vector
 VCFG       0                                                     --
 =========  ====================================================  ========
 
 With fewer vector lanes than bytes in a word (P = ``vector_passes`` > 1) a row or a
 scaled word takes P cycles of the lane multipliers and every vector result comes
-P - 1 cycles later, as in the RTL: REQUANT ``R * P + 6``, VADD ``n * P + 8``, an
-average VPOOL ``(n - 1) * max(window, P) + window + 7 + P``, the other vector
+P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 10``, an
+average VPOOL ``(n - 1) * max(window, P) + window + 9 + P``, the other vector
 operations ``P - 1`` more than above.
 
 MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
@@ -1237,18 +1237,18 @@ class TileModel:
             self.acc = ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
             if not self.freeze:
                 self.counters["macs"] += k * R * C
-            return k + 3, "mac_busy", None
+            return k + 4, "mac_busy", None
 
         if op == MicroOp.ACC_BIAS:
             n = -(-4 * R // wb)
             raw = self._read_lanes(self._words(f["addr"] + np.arange(n))).view(np.uint8).tobytes()
             bias = np.frombuffer(raw[:4 * R], dtype="<i4").astype(np.int32)
             self.acc = np.repeat(bias[:, None], C, axis=1).astype(np.int32)
-            return n + 1, "mac_busy", None
+            return n + 2, "mac_busy", None
 
         if op == MicroOp.REQUANT:
             v = self._vregs()
-            extra = R * P + 6
+            extra = R * P + 7
             if f["per_channel"]:
                 n = -(-8 * R // wb)
                 table = self._read_lanes(self._words(f["param_addr"] + np.arange(n)))
@@ -1256,7 +1256,7 @@ class TileModel:
                                     dtype=np.uint8).reshape(R, 8)
                 mult = raw[:, :4].copy().view("<u4").astype(np.int64).reshape(R, 1)
                 shift = (raw[:, 4].astype(np.int64) & 31).reshape(R, 1)
-                extra += n
+                extra += n + 1     # the table's words, then the rows
             else:
                 mult, shift = v["mult_a"], v["shift"]
             out, sat = arith.requantize(self.acc, mult, shift, v["zp_out"], v["lo"], v["hi"])
@@ -1277,7 +1277,7 @@ class TileModel:
                                   **self._vregs())
             self._write_lanes(self._words(f["out_addr"] + w), out)
             self._saturated(sat)
-            return n * P + 8, "vec_busy", None
+            return n * P + 10, "vec_busy", None
 
         if op == MicroOp.VPOOL:
             window, n = f["window"], f["n"]
@@ -1298,8 +1298,8 @@ class TileModel:
             self._write_lanes(self._words(f["out_addr"] + o[:, 0]), outs)
             self._saturated(sats)
             if f["average"]:
-                return (n - 1) * max(window, P) + window + 7 + P, "vec_busy", None
-            return n * window + 7 + P, "vec_busy", None
+                return (n - 1) * max(window, P) + window + 9 + P, "vec_busy", None
+            return n * window + 9 + P, "vec_busy", None
 
         if op == MicroOp.VCLAMP:
             n = f["n"]
@@ -1309,7 +1309,7 @@ class TileModel:
             out = arith.vclamp(self._read_lanes(self._words(f["in_addr"] + w)),
                                _int8(f["lo"]), _int8(f["hi"]))
             self._write_lanes(self._words(f["out_addr"] + w), out)
-            return n + 7 + P, "vec_busy", None
+            return n + 9 + P, "vec_busy", None
 
         if op == MicroOp.VCMP:
             lane = f["lane"]
@@ -1322,7 +1322,7 @@ class TileModel:
             else:
                 value = int(lanes[lane % wb])
             flag = int(arith.vcmp(value, CmpOp(f["op"]), _int8(f["imm"])))
-            return nwords + 7 + P, "vec_busy", (f["flag"], flag)
+            return nwords + 9 + P, "vec_busy", (f["flag"], flag)
 
         if op == MicroOp.VARGMAX:
             n = f["n"]
@@ -1337,7 +1337,7 @@ class TileModel:
             # cycle, which is when the RTL writes the index register too).
             flag = (f["flag"], int(arith.vargmax_test(result, f["expect"]))) \
                 if f["test"] else None
-            return nwords + 7 + P, "vec_busy", flag
+            return nwords + 9 + P, "vec_busy", flag
 
         if op == MicroOp.VCFG:
             reg = VectorCfg(f["reg"])

@@ -84,7 +84,7 @@ async def set_partitions(ctx, h, table):
         ctx.set(h.spad.part_base[i], bases[i])
         ctx.set(h.spad.part_len[i], lens[i])
     ctx.set(h.spad.part, DIRECT)
-    await ctx.tick().repeat(2)  # the scratchpad's checks follow the table 2 cycles later
+    await ctx.tick().repeat(3)  # the scratchpad's checks follow a base 3 cycles later
 
 
 async def open_part(ctx, h, part):

@@ -22,13 +22,13 @@ def run(dut, bench):
 
 
 async def set_table(ctx, dut, table, part=0):
-    """Write the partition table and open ``part``; the checks follow the table two
-    cycles later."""
+    """Write the partition table and open ``part``; the checks follow a base three
+    cycles later (its room, the limit, the open partition's limit), a length two."""
     for i, (base, length) in enumerate(table):
         ctx.set(dut.part_base[i], base)
         ctx.set(dut.part_len[i], length)
     ctx.set(dut.part, part)
-    await ctx.tick().repeat(2)
+    await ctx.tick().repeat(3)
 
 
 async def open_part(ctx, dut, part):
