@@ -153,7 +153,7 @@ class Dma(wiring.Component):
         wvalid = Signal()
         w_gaddr = Signal(_ADDR_BITS)
         w_saddr = Signal(_ADDR_BITS)
-        held = Signal(cfg.word_bits)
+        held = Signal(cfg.word_bits, reset_less=True)
         from_held = Signal()
 
         m.d.comb += [
@@ -247,7 +247,11 @@ class Dma(wiring.Component):
                     write_stall.eq(self.spad.stall),
                     self.word_in.eq(~write_fault & ~write_stall),
                 ]
-            m.d.sync += [wvalid.eq(0), from_held.eq(0)]
+            # `held` takes the word every cycle: it is used only the cycle after a
+            # stalled write (`from_held`), and an enable from the stall put the
+            # scratchpad's arbitration behind GMEM's block RAM read in one path (the
+            # ULX3S build's worst, step 32).
+            m.d.sync += [wvalid.eq(0), from_held.eq(0), held.eq(word)]
             # The read does not wait for the write stage: GMEM's read port (and the
             # host's reads behind it) no longer waits for the scratchpad's arbitration
             # (the ULX3S build's worst paths ran from there into GMEM's read address).
@@ -259,7 +263,7 @@ class Dma(wiring.Component):
             with m.Elif(write_stall):
                 # Keep the word, and do not fault or advance past a word that is not
                 # written yet.
-                m.d.sync += [wvalid.eq(1), from_held.eq(1), held.eq(word)]
+                m.d.sync += [wvalid.eq(1), from_held.eq(1)]
             with m.Elif(issuing):
                 with m.If(gmem_oob):
                     stop(FaultCause.GMEM_RANGE, gaddr)
