@@ -1,17 +1,18 @@
 """The DMA engine: 2-D strided copies between GMEM and the scratchpad.
 
-One word moves per cycle. A transfer is a two-stage pipeline: the *issue* stage walks
-the 2-D address pattern and reads the source (GMEM for a load, the scratchpad for a
-store); the *write* stage, one cycle later, writes the word it read to the
-destination. Address checks happen where the access is made, so a transfer that
-runs out of its partition or off the end of GMEM stops before it writes anything it
-must not: every word before the faulting one is written, no word after it is.
+One word moves per cycle. A transfer is a pipeline: the *issue* stage walks the 2-D
+address pattern and reads the source (GMEM for a load, the scratchpad for a store);
+the *write* stage writes the word it read to the destination, one cycle later for a
+load, two for a store (whose word is registered first). Address checks happen where
+the access is made, so a transfer that runs out of its partition or off the end of
+GMEM stops before it writes anything it must not: every word before the faulting one
+is written, no word after it is.
 
 The scratchpad port may *stall* (a unit of higher priority uses the bank). A stalled
 scratchpad write (load) freezes the whole pipeline for the cycle: GMEM's read port
 holds the word while no new read is issued, so the write is simply presented again.
-A stalled scratchpad read (store) holds only the issue stage; the GMEM write of the
-word read in the cycle before still completes. A stall costs one cycle and no word.
+A stalled scratchpad read (store) holds only the issue stage; the GMEM writes of the
+words read before it still complete. A stall costs one cycle and no word.
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -56,15 +57,18 @@ class Dma(wiring.Component):
     faulted; ``ready`` does not wait for ``abort``: a command accepted in an abort's
     cycle is dropped with it. A transfer of ``rows * cols`` words keeps ``busy`` high for
     ``rows * cols + 1`` cycles plus one per stalled scratchpad access, starting the
-    cycle after the command is accepted; a command with ``rows == 0`` or ``cols == 0``
-    is accepted and completes at once (``busy`` stays low, no access).
+    cycle after the command is accepted (a store: ``rows * cols + 2``); a command with
+    ``rows == 0`` or ``cols == 0`` is accepted and completes at once (``busy`` stays
+    low, no access).
 
     Faults: for each word, the GMEM address is checked first (``>= gmem_words``:
     GMEM_RANGE, ``fault_addr`` = the GMEM word address), then the scratchpad access
     (outside partition ``part``, including offsets ``>= 2**16``: PARTITION,
     ``fault_addr`` = the offset). The faulting word and every later one are not
     written; every earlier one is. The engine then stops (``busy`` low) with ``fault``
-    high and the cause latched until ``abort``.
+    high and the cause latched until ``abort``. A transfer that faults after ``n``
+    words is busy ``n + 1`` cycles, ``n + 2`` for a store (the words before the fault
+    are written first) and for a load's PARTITION fault (found by the write stage).
 
     Parameters
     ----------
@@ -156,6 +160,18 @@ class Dma(wiring.Component):
         held = Signal(cfg.word_bits, reset_less=True)
         from_held = Signal()
 
+        # A store's GMEM write stage, a cycle after the scratchpad's word is read: the
+        # word is registered first (`sword`). From the scratchpad's block RAM to GMEM's
+        # and the staging buffer's write data in one cycle was 120 of the ULX3S
+        # build's late endpoints (step 32). A fault found by the issue stage waits
+        # (`pend_*`) until the words before it are written.
+        w2valid = Signal()
+        w2_gaddr = Signal(_ADDR_BITS)
+        sword = Signal(cfg.word_bits, reset_less=True)
+        pend = Signal()
+        pend_cause = Signal(FaultCause)
+        pend_addr = Signal(_ADDR_BITS)
+
         m.d.comb += [
             self.busy.eq(running),
             self.cmd.ready.eq(~running & ~self.fault),
@@ -167,6 +183,8 @@ class Dma(wiring.Component):
                 running.eq(0),
                 issuing.eq(0),
                 wvalid.eq(0),
+                w2valid.eq(0),
+                pend.eq(0),
                 self.fault.eq(1),
                 self.fault_cause.eq(cause),
                 self.fault_addr.eq(addr),
@@ -215,6 +233,8 @@ class Dma(wiring.Component):
                     running.eq(~empty),
                     issuing.eq(~empty),
                     wvalid.eq(0),
+                    w2valid.eq(0),
+                    pend.eq(0),
                     store.eq(p.store),
                     part.eq(p.part),
                     gmem_stride.eq(p.gmem_stride),
@@ -274,38 +294,55 @@ class Dma(wiring.Component):
                 m.d.sync += running.eq(0)       # the last word is written this cycle
 
         with m.Else():
-            # Store. The write stage holds a word already checked: it always completes.
+            # Store: issue (the scratchpad read), then the word registered (`wvalid`),
+            # then the GMEM write (`w2valid`). The words behind the issue stage have
+            # been checked: they always complete.
             m.d.comb += [
-                self.gmem.waddr.eq(w_gaddr),
-                self.gmem.wdata.eq(self.spad.rdata),
-                self.gmem.we.eq(wvalid),
-                self.word_out.eq(wvalid),
+                self.gmem.waddr.eq(w2_gaddr),
+                self.gmem.wdata.eq(sword),
+                self.gmem.we.eq(w2valid),
+                self.word_out.eq(w2valid),
                 self.spad.offset.eq(saddr),
                 self.spad.we.eq(0),
             ]
-            m.d.sync += wvalid.eq(0)
+            m.d.sync += [
+                wvalid.eq(0),
+                w2valid.eq(wvalid),
+                w2_gaddr.eq(w_gaddr),
+                sword.eq(self.spad.rdata),
+            ]
             with m.If(issuing):
                 m.d.comb += self.spad.en.eq(~gmem_oob & ~spad_oob)
-                with m.If(gmem_oob):
-                    stop(FaultCause.GMEM_RANGE, gaddr)
-                with m.Elif(spad_oob | self.spad.fault):
-                    stop(FaultCause.PARTITION, saddr)
+                with m.If(gmem_oob | spad_oob | self.spad.fault):
+                    m.d.sync += [
+                        issuing.eq(0),
+                        pend.eq(1),
+                        pend_cause.eq(Mux(gmem_oob, FaultCause.GMEM_RANGE,
+                                          FaultCause.PARTITION)),
+                        pend_addr.eq(Mux(gmem_oob, gaddr, saddr)),
+                    ]
                 with m.Elif(self.spad.stall):
-                    pass    # read again next cycle; the write stage above completes
+                    pass    # read again next cycle; the stages behind go on
                 with m.Else():
                     m.d.sync += w_gaddr.eq(gaddr)
                     advance()
-            with m.Else():
-                m.d.sync += running.eq(0)       # the last word is written this cycle
+            with m.Elif(~wvalid):
+                # The last word is written this cycle (or there was none to write).
+                with m.If(pend):
+                    stop(pend_cause, pend_addr)
+                with m.Else():
+                    m.d.sync += running.eq(0)
 
         # The store's write, before `abort` cancels it: from registers only.
-        m.d.comb += self.gmem.wclaim.eq(running & store & wvalid)
+        m.d.comb += self.gmem.wclaim.eq(running & store & w2valid)
         with m.If(self.abort):
             m.d.comb += [self.gmem.we.eq(0), self.word_in.eq(0), self.word_out.eq(0)]
             m.d.sync += [
                 running.eq(0),
                 issuing.eq(0),
                 wvalid.eq(0),
+                w2valid.eq(0),
+                pend.eq(0),
                 self.fault.eq(0),
                 self.fault_cause.eq(FaultCause.NONE),
             ]

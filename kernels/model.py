@@ -28,7 +28,8 @@ DMA fault) match the RTL:
   cycles;
 * a DMA command enters the queue in the cycle its micro-instruction executes, reaches
   the engine 2 cycles later (the queue's output register) if the engine is idle, and
-  the engine is then busy ``rows * cols + 1`` cycles, one word per cycle; the next
+  the engine is then busy ``rows * cols + 1`` cycles (a store ``+ 2``), one word per
+  cycle; the next
   command starts the cycle after; the sequencer runs on meanwhile and only waits at
   WAIT / RET (until the tagged commands have completed) or when the queue is full;
 * COMMIT's publication of staged stores takes 2 cycles per word.
@@ -197,12 +198,17 @@ class _Transfer:
     cols: int
     part: int
     token: int
-    # Set when the engine takes it (cycle x): busy x+1..end; word i moves in x+2+i.
+    # Set when the engine takes it (cycle x): busy x+1..end; word i moves in cycle
+    # x + lag + i (a store's word is registered between its read and its write).
     x: int = None
     end: int = None
     n_ok: int = 0
     moved: int = 0
     fault: tuple = None        # (cause, addr, part)
+
+    @property
+    def lag(self):
+        return 3 if self.store else 2
 
 
 # Control unit states (as hdl/control.py's _State).
@@ -540,9 +546,9 @@ class TileModel:
                 break
             n_ok += t.cols
         t.n_ok = n_ok
-        if t.fault is None:
-            t.end = x + n_ok + 1
-        elif not t.store and t.fault[0] == FaultCause.PARTITION:
+        if t.store:
+            t.end = x + n_ok + 2            # a fault waits for the words before it
+        elif t.fault is not None and t.fault[0] == FaultCause.PARTITION:
             t.end = x + n_ok + 2            # detected in the load's write stage
         else:
             t.end = x + n_ok + 1
@@ -551,7 +557,7 @@ class TileModel:
         """Move the words of transfer ``t`` scheduled before cycle ``upto``, stores to
         the staging buffer while ``speculating``. Returns (words moved, cycle of a
         staging overflow or None)."""
-        last = min(t.n_ok, upto - (t.x + 2))
+        last = min(t.n_ok, upto - (t.x + t.lag))
         if last <= t.moved:
             return 0, None
         wb = self.wb
@@ -570,7 +576,7 @@ class TileModel:
                     if len(self.staging) < cfg.staging_words:
                         self.staging.append((g // wb, self.spad[s:s + wb].copy()))
                     elif overflow_at is None:
-                        overflow_at = t.x + 2 + i
+                        overflow_at = t.x + t.lag + i
                 else:
                     self.gmem[g:g + wb] = self.spad[s:s + wb]
             else:
@@ -1093,7 +1099,7 @@ class TileModel:
             limit = min(limit, t.end - c)       # stop before the cycle after its end
             if t.store and self.speculating:
                 room = self.config.staging_words - len(self.staging)
-                first_full = t.x + 2 + t.moved + room
+                first_full = t.x + t.lag + t.moved + room
                 limit = min(limit, first_full - c)
         elif self._out is not None:
             return 0

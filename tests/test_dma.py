@@ -287,7 +287,7 @@ def test_random_transfers(stall_rate):
             cycles, words, stalls = await issue(ctx, h, c, intf)
             n = c.rows * c.cols
             assert words == n
-            assert cycles == n + 1 + stalls, (c, cycles, stalls)
+            assert cycles == n + 1 + c.store + stalls, (c, cycles, stalls)
             total_stalls += stalls
             for g, s in words_of(c):
                 if c.store:
@@ -323,7 +323,7 @@ def test_stall_schedule(store):
         await spad_fill(ctx, h, spad)
         c = cmd(store=store, gmem_addr=30, gmem_stride=5, part=1, spad_addr=7,
                 spad_stride=3, rows=3, cols=3)
-        assert await issue(ctx, h, c, intf) == (9 + 1 + 10, 9, 10)
+        assert await issue(ctx, h, c, intf) == (9 + 1 + store + 10, 9, 10)
         assert intf.accesses == 9 + 10
         for g, s in words_of(c):
             if store:
@@ -354,7 +354,7 @@ def test_back_to_back_and_empty():
             assert not ctx.get(h.spad.bank_writes) and not ctx.get(h.dma.gmem.we)
         # A 1x1 load, then a 1x1 store issued the cycle the engine goes idle.
         assert await issue(ctx, h, cmd(gmem_addr=5, spad_addr=3)) == (2, 1, 0)
-        assert await issue(ctx, h, cmd(store=1, gmem_addr=9, spad_addr=3)) == (2, 1, 0)
+        assert await issue(ctx, h, cmd(store=1, gmem_addr=9, spad_addr=3)) == (3, 1, 0)
         data, _ = await wb_read(ctx, h.gmem.bus, 18)
         assert data == 5
         # cmd.ready is low while busy.
@@ -475,7 +475,7 @@ def test_gmem_range_fault(store, stall_rate):
                 spad_stride=8, rows=3, cols=8)
         cycles, words, stalls = await issue(ctx, h, c, intf)
         assert words == 14
-        assert cycles == 14 + 1 + stalls and (stalls > 0) == bool(intf)
+        assert cycles == 14 + 1 + store + stalls and (stalls > 0) == bool(intf)
         assert ctx.get(h.dma.fault_cause) == FaultCause.GMEM_RANGE
         assert ctx.get(h.dma.fault_addr) == 256
         for g, s in list(words_of(c))[:14]:
@@ -487,12 +487,13 @@ def test_gmem_range_fault(store, stall_rate):
             intf.apply(spad)
         assert await spad_dump(ctx, h) == spad
         assert await gmem_dump(ctx, h) == gmem
-        # A transfer starting far beyond GMEM (24-bit address) faults at once.
+        # A transfer starting far beyond GMEM (24-bit address) faults at once (a store
+        # in the cycle after: its fault waits for the words before it, none here).
         ctx.set(h.dma.abort, 1)
         await ctx.tick()
         ctx.set(h.dma.abort, 0)
         assert await issue(ctx, h, cmd(store=store, gmem_addr=0xFFFFFF, rows=2, cols=2),
-                           intf) == (1, 0, 0)
+                           intf) == (1 + store, 0, 0)
         assert ctx.get(h.dma.fault_addr) == 0xFFFFFF
 
     run(h, bench)
