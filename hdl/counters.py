@@ -66,7 +66,8 @@ class PerfCounters(wiring.Component):
     events of their own cycle: an event in the cycle before a freeze is counted, one
     in a clear's cycle is not.
 
-    How: each counter's increments are registered, then gather in a pending count. Every cycle one step of
+    How: each counter's increments are registered twice (as they come, then with
+    ``freeze`` and ``clear`` applied), then gather in a pending count. Every cycle one step of
     a three-stage pipeline runs. A *flush* step, taken by a scanner going round the
     counters, adds a counter's pending count to its RAM word and restarts the pending
     count; a *read* step (for :attr:`read`) adds them without writing. A read step is
@@ -77,8 +78,9 @@ class PerfCounters(wiring.Component):
     its next flush), so it takes effect at once.
 
     A read's value counts the events up to a cycle between the ``stb`` and the ``ack``
-    (4 to 6 cycles later; 2 for a counter in a register): an event reaches the pending
-    count the cycle after it happens. Counters named in ``immediate`` are plain 64-bit registers
+    (5 to 7 cycles later; 2 for a counter in a register): an event reaches the pending
+    count two cycles after it happens, and a read step is taken no sooner than two
+    cycles after the ``stb``. Counters named in ``immediate`` are plain 64-bit registers
     instead, readable every cycle through :attr:`value` (``CYCLES``, which the control
     unit stamps into trace records); they count the increment of their own cycle.
 
@@ -145,9 +147,6 @@ class PerfCounters(wiring.Component):
         in_ram = [n for n in self.names if n not in self.immediate]
         in_regs = [n for n in self.names if n in self.immediate]
 
-        def counted(n):
-            return Mux(self.freeze | self.clear, 0, self.inc[n])
-
         for n in in_regs:
             with m.If(self.clear):
                 m.d.sync += self.value[n].eq(0)
@@ -166,7 +165,7 @@ class PerfCounters(wiring.Component):
             m.d.sync += [rd.data.eq(values[req_slot]), rd.ack.eq(1), req.eq(0)]
 
         if in_ram:
-            self._elaborate_ram(m, in_ram, counted, req, req_reg, req_slot)
+            self._elaborate_ram(m, in_ram, req, req_reg, req_slot)
 
         with m.If(rd.stb):
             m.d.sync += [req.eq(1), req_reg.eq(1), req_slot.eq(len(in_regs))]
@@ -179,7 +178,7 @@ class PerfCounters(wiring.Component):
                             m.d.sync += [req_reg.eq(0), req_slot.eq(in_ram.index(n))]
         return m
 
-    def _elaborate_ram(self, m, in_ram, counted, req, req_reg, req_slot):
+    def _elaborate_ram(self, m, in_ram, req, req_reg, req_slot):
         rd = self.read
         # At least three words, so that a word's flush has been written before the
         # scanner comes back to it (the unused words are never written).
@@ -206,9 +205,13 @@ class PerfCounters(wiring.Component):
 
         in_flight = ((s1_flush & (s1_slot == req_slot)) | (s2_flush & (s2_slot == req_slot)))
         reading = Signal()
+        # A request is read no sooner than a cycle after it is taken: by then the
+        # events of its `stb`'s cycle are in the pending counts (two cycles after them).
+        ripe = Signal()
+        m.d.sync += ripe.eq(req & ~req_reg & ~reading)
         slot = Signal.like(scan)
         m.d.comb += [
-            reading.eq(req & ~req_reg & ~last_read & ~in_flight),
+            reading.eq(req & ripe & ~req_reg & ~last_read & ~in_flight),
             slot.eq(Mux(reading, req_slot, scan)),
             rp.addr.eq(slot),
         ]
@@ -230,11 +233,22 @@ class PerfCounters(wiring.Component):
         with m.Else():
             m.d.sync += scan.eq(Mux(scan == slots - 1, 0, scan + 1))
 
+        # Each increment is registered as it comes, then with `freeze` and `clear` of
+        # its cycle (and a clear of the next) applied, then added: the logic deciding
+        # an event (the scratchpad's arbitration, the control unit's fault decision),
+        # the selection of a per-slot or per-flag counter, and the adder are three
+        # paths. (With the selection in the first, the control unit's events into the
+        # per-flag counters were the ULX3S build's worst path, step 32.)
+        freeze_1 = Signal(name="freeze_1")
+        clear_1 = Signal(name="clear_1")
+        m.d.sync += [freeze_1.eq(self.freeze), clear_1.eq(self.clear)]
         for i, (n, p) in enumerate(zip(in_ram, pending)):
-            # Registered first, so that the logic deciding an event (the scratchpad's
-            # arbitration, the control unit's stalls) and the adder are not one path.
+            raw = Signal.like(self.inc[n], name=f"raw_{_ident(n)}")
             staged = Signal.like(self.inc[n], name=f"staged_{_ident(n)}")
-            m.d.sync += staged.eq(counted(n))
+            m.d.sync += [
+                raw.eq(self.inc[n]),
+                staged.eq(Mux(freeze_1 | clear_1 | self.clear, 0, raw)),
+            ]
             with m.If(self.clear):
                 m.d.sync += p.eq(0)
             with m.Elif(~reading & (scan == i)):
