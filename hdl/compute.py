@@ -49,6 +49,16 @@ class ComputeCommand(data.Struct):
     part: 4            #: the calling slot's scratchpad partition
 
 
+class _Step(data.Struct):
+    """A step as it goes down the read and data stages."""
+    valid:  1
+    hold_a: 1       # its `a` word is in the hold register, not on the port
+    hold_b: 1
+    first:  1
+    last:   1
+    idx:    16
+
+
 _ADDR_BITS = 17     # a 16-bit offset plus one bit: an offset that ran past 2**16 is
                     # seen (and faults) instead of aliasing. Addresses grow monotonically
                     # from a checked one by at most 2**16, so one extra bit is enough.
@@ -296,21 +306,10 @@ class ComputeUnit(wiring.Component):
         rfault = Signal()       # a read faulted: issue stopped, pipeline draining
         rfault_addr = Signal(_ADDR_BITS)
 
-        # -- read stage: the scratchpad answers; its words are registered ---------------
-        r_valid = Signal()
-        r_hold_a = Signal()
-        r_hold_b = Signal()
-        r_first = Signal()
-        r_last = Signal()
-        r_idx = Signal(16)
-
-        # -- data stage -------------------------------------------------------------
-        d_valid = Signal()
-        d_hold_a = Signal()
-        d_hold_b = Signal()
-        d_first = Signal()
-        d_last = Signal()
-        d_idx = Signal(16)
+        # -- read stage (the scratchpad answers; its words are registered), then the
+        # data stage: the step that issued, one and two cycles later ---------------------
+        r_step = Signal(_Step, name="r_step")
+        d_step = Signal(_Step, name="d_step")
 
         # -- write stage ------------------------------------------------------------
         w_addr = Signal(_ADDR_BITS)
@@ -393,18 +392,13 @@ class ComputeUnit(wiring.Component):
         m.d.sync += [
             cap_a.eq(a_performed & ~advance),
             cap_b.eq(b_performed & ~advance),
-            r_valid.eq(advance),
-            r_hold_a.eq(a_have),
-            r_hold_b.eq(b_have),
-            r_first.eq(first),
-            r_last.eq(last),
-            r_idx.eq(idx),
-            d_valid.eq(r_valid),
-            d_hold_a.eq(r_hold_a),
-            d_hold_b.eq(r_hold_b),
-            d_first.eq(r_first),
-            d_last.eq(r_last),
-            d_idx.eq(r_idx),
+            r_step.valid.eq(advance),
+            r_step.hold_a.eq(a_have),
+            r_step.hold_b.eq(b_have),
+            r_step.first.eq(first),
+            r_step.last.eq(last),
+            r_step.idx.eq(idx),
+            d_step.eq(r_step),
         ]
         with m.If(cap_a):
             m.d.sync += hold_a.eq(self.a.rdata)
@@ -459,23 +453,23 @@ class ComputeUnit(wiring.Component):
         word_a = Signal(word_bits)
         word_b = Signal(word_bits)
         m.d.comb += [
-            word_a.eq(Mux(d_hold_a, hold_a, rdata_a)),
-            word_b.eq(Mux(d_hold_b, hold_b, rdata_b)),
+            word_a.eq(Mux(d_step.hold_a, hold_a, rdata_a)),
+            word_b.eq(Mux(d_step.hold_b, hold_b, rdata_b)),
         ]
 
         # MAC array.
         m.d.comb += [
-            mac.step.valid.eq(d_valid & is_op[MicroOp.MATMUL]),
+            mac.step.valid.eq(d_step.valid & is_op[MicroOp.MATMUL]),
             mac.step.payload.a.eq(word_a),
             mac.step.payload.b.eq(word_b),
-            mac.step.payload.first.eq(d_first),
+            mac.step.payload.first.eq(d_step.first),
             mac.bias_value.eq(buf[:32 * R]),
             mac.abort.eq(self.abort),
         ]
 
         # Operand buffer (ACC_BIAS: the bias; REQUANT: the per-channel table).
-        with m.If(d_valid & load):
-            with m.Switch(d_idx):
+        with m.If(d_step.valid & load):
+            with m.Switch(d_step.idx):
                 for j in range(n_buf):
                     with m.Case(j):
                         m.d.sync += buf[j * word_bits:(j + 1) * word_bits].eq(word_a)
@@ -484,11 +478,11 @@ class ComputeUnit(wiring.Component):
         # stage. A command is drained before the next starts, so REQUANT holds the
         # lane multipliers alone.
         table = Array(buf[64 * i:64 * i + 64] for i in range(R))
-        entry = table[r_idx[:max(1, (R - 1).bit_length())]]
+        entry = table[r_step.idx[:max(1, (R - 1).bit_length())]]
         rq_in = alu.rq.payload
         m.d.comb += [
             alu.requant.eq(is_op[MicroOp.REQUANT]),
-            alu.rq.valid.eq(r_valid & rows_phase),
+            alu.rq.valid.eq(r_step.valid & rows_phase),
             rq_in.acc.as_value().eq(mac.acc_row.as_value()),   # lanes >= cols: 0
             rq_in.mult.eq(Mux(requant.per_channel, entry[:32], regs.mult_a)),
             rq_in.shift.eq(Mux(requant.per_channel, entry[32:37], regs.shift)),
@@ -497,7 +491,7 @@ class ComputeUnit(wiring.Component):
             rq_in.hi.eq(regs.hi),
         ]
         rq_pipe, rq_out = _shift_reg(m, "rq_pipe", alu.requant_latency,
-                                     r_valid & rows_phase, squash)
+                                     r_step.valid & rows_phase, squash)
 
         # Vector ALU.
         vector = (is_op[MicroOp.VADD] | is_op[MicroOp.VPOOL] | is_op[MicroOp.VCLAMP] |
@@ -505,12 +499,12 @@ class ComputeUnit(wiring.Component):
         writes_word = is_op[MicroOp.VADD] | is_op[MicroOp.VCLAMP]
         alu_in = alu.i.payload
         m.d.comb += [
-            alu.i.valid.eq(d_valid & vector),
+            alu.i.valid.eq(d_step.valid & vector),
             alu_in.op.eq(vec_op),
             alu_in.a.as_value().eq(word_a),
             alu_in.b.as_value().eq(word_b),
-            alu_in.first.eq(d_first),
-            alu_in.last.eq(d_last),
+            alu_in.first.eq(d_step.first),
+            alu_in.last.eq(d_step.last),
             alu_in.average.eq(vpool.average),
             alu_in.pairs.eq(vpool.pairs),
             alu_in.reduce.eq(vcmp.reduce),
@@ -526,7 +520,8 @@ class ComputeUnit(wiring.Component):
             alu.regs.eq(regs),
         ]
         alu_pipe, alu_out = _shift_reg(m, "alu_pipe", alu.latency,
-                                       d_valid & vector & (writes_word | d_last), squash)
+                                       d_step.valid & vector & (writes_word | d_step.last),
+                                       squash)
 
         # -- write stage ----------------------------------------------------------------
         result = Signal()       # a result word is due this cycle
@@ -584,8 +579,8 @@ class ComputeUnit(wiring.Component):
 
         # -- completion -----------------------------------------------------------------
         drained = Signal()
-        m.d.comb += drained.eq(running & ~issuing & ~r_valid & ~d_valid & ~rq_pipe.any() &
-                               ~alu_pipe.any() & ~mac.busy)
+        m.d.comb += drained.eq(running & ~issuing & ~r_step.valid & ~d_step.valid &
+                               ~rq_pipe.any() & ~alu_pipe.any() & ~mac.busy)
         last_phase = ~(load & is_op[MicroOp.REQUANT])
         finishing = Signal()    # the last cycle of a command that completes normally
         m.d.comb += [
@@ -770,8 +765,8 @@ class ComputeUnit(wiring.Component):
             ]
         with m.If(squash):
             m.d.sync += [
-                r_valid.eq(0),
-                d_valid.eq(0),
+                r_step.valid.eq(0),
+                d_step.valid.eq(0),
                 a_have.eq(0),
                 b_have.eq(0),
             ]

@@ -102,16 +102,17 @@ class GlobalMemory(wiring.Component):
 
     * ``"dual"``: two read-write ports, one for the host and one for the DMA engine
       (what the simulators build; Yosys maps no such memory to block RAM, see
-      ``docs/fpga.md``). Every host access is answered one cycle after ``stb`` is
-      seen. If the host and the DMA engine write the same word in the
-      same cycle, which write wins is undefined.
+      ``docs/fpga.md``). Every host write is answered one cycle after ``stb`` is
+      seen, a read two (its word registered). If the host and the DMA engine write
+      the same word in the same cycle, which write wins is undefined.
     * ``"shared"``: one read port and one write port, for block RAMs that have no
       more (the ECP5 board top's choice). The DMA engine has them first: a host read
       waits while the DMA engine reads, a host write while it writes, and the access
-      is answered one cycle after the cycle it gets the port.
+      is answered one cycle after the cycle it gets the port (a read two).
     * ``"single"``: one port (:class:`~fusetile.hdl.single_port_ram.SinglePortRam`:
       the iCE40UP's SPRAM, 128 KiB). A host access waits while the DMA engine reads
-      or writes, and is answered one cycle after the cycle it gets the port.
+      or writes, and is answered one cycle after the cycle it gets the port (a read
+      two).
 
     Parameters
     ----------
@@ -161,7 +162,11 @@ class GlobalMemory(wiring.Component):
 
         bus, dma = self.bus, self.dma
         answered = bus.ack | bus.err
-        access = bus.cyc & bus.stb & ~answered
+        # A host read's word is registered before it is answered: from the block RAM
+        # through the lane selection and the bus's multiplexers into the bridge's
+        # buffer was one of the ULX3S build's worst paths (step 32).
+        reading = Signal()      # the read's word comes out of the memory this cycle
+        access = bus.cyc & bus.stb & ~answered & ~reading
         in_range = bus.adr < cfg.gmem_bytes // 4
         # With 32-bit words (k == 1) the lane index is an empty slice: every
         # expression below still holds.
@@ -224,14 +229,16 @@ class GlobalMemory(wiring.Component):
             host_rdata = host_r.data
 
         m.d.sync += [
-            bus.ack.eq(go),
+            bus.ack.eq(go & bus.we | reading),
             bus.err.eq(access & ~in_range),
+            reading.eq(go & ~bus.we),
         ]
         read_lane = Signal(max(lane_bits, 1))
         with m.If(access):
             m.d.sync += read_lane.eq(lane)
-        if k == 1:
-            m.d.comb += bus.dat_r.eq(host_rdata)
-        else:
-            m.d.comb += bus.dat_r.eq(host_rdata.word_select(read_lane, 32))
+        with m.If(reading):
+            if k == 1:
+                m.d.sync += bus.dat_r.eq(host_rdata)
+            else:
+                m.d.sync += bus.dat_r.eq(host_rdata.word_select(read_lane, 32))
         return m

@@ -81,19 +81,24 @@ def test_host_round_trip(config, ports):
 
 
 def test_answer_timing():
-    """ACK exactly one cycle after STB, once, even with STB held high."""
+    """A write is ACKed exactly one cycle after STB, a read two (its word registered),
+    once each, even with STB held high."""
     dut = GlobalMemory(SMALL)
 
     async def bench(ctx):
         bus = dut.bus
         ctx.set(bus.cyc, 1); ctx.set(bus.stb, 1); ctx.set(bus.adr, 5)
+        ctx.set(bus.we, 1); ctx.set(bus.sel, 0xF); ctx.set(bus.dat_w, 0x5EED)
         assert not ctx.get(bus.ack)
         await ctx.tick()
         assert ctx.get(bus.ack) and not ctx.get(bus.err)
+        ctx.set(bus.we, 0)
         await ctx.tick()         # stb still high in the ack cycle: ignored
         assert not ctx.get(bus.ack)
-        await ctx.tick()         # ...then seen again as the next access
-        assert ctx.get(bus.ack)
+        await ctx.tick()         # ...then seen again, as a read: its word comes out
+        assert not ctx.get(bus.ack)
+        await ctx.tick()         # ...and is answered
+        assert ctx.get(bus.ack) and ctx.get(bus.dat_r) == 0x5EED
         ctx.set(bus.stb, 0)
         await ctx.tick()
         assert not ctx.get(bus.ack)
@@ -174,7 +179,7 @@ def test_host_waits_only_for_a_shared_port(ports, write):
                 ctx.set(s, 0)
             same_side = host_writes == write
             waits = ports == "single" or (ports == "shared" and same_side)
-            assert waited == (busy + 1 if waits else 1)
+            assert waited == (busy + 1 if waits else 1) + (not host_writes)
             if not host_writes:
                 assert ctx.get(bus.dat_r) == 0x600DF00D
             await ctx.tick().repeat(busy)
