@@ -432,8 +432,8 @@ class VectorAlu(wiring.Component):
     Pipeline (``LATENCY`` = 9 with P = 1): input registers (with VCLAMP's comparisons
     and VPOOL's pair sums and maxima); operand preparation and the reductions (VPOOL's
     merge, VCLAMP's selection); the multipliers' operand registers; partial products;
-    the products' sum;
-    shift and sticky; rounding and zero point; clamp; output register. VADD is
+    the products' sum; shift and sticky; rounding and zero point; clamp; output
+    register. VADD is
     ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
     ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers. Beside stages
     2..8, VCMP and VARGMAX find the word's maximum and its lane a level of the lane

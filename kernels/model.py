@@ -47,9 +47,9 @@ as an issue does:
 =========  ====================================================  ========
 op         busy cycles (``extra``)                               unit
 =========  ====================================================  ========
-MATMUL     ``k + 4`` (array latency 3; 0 if ``k == 0``)           MAC
+MATMUL     ``k + 4`` (array latency 3; 0 if ``k == 0``)          MAC
 ACC_BIAS   words of bias + 2                                     MAC
-REQUANT    ``R + 7``; per-channel, parameter words + 1 more         vector
+REQUANT    ``R + 7``; per-channel, parameter words + 1 more      vector
 VADD       ``n + 10`` (vector unit latency 9; 0 if ``n == 0``)   vector
 VPOOL      ``n * window + 10`` (0 if ``n == 0``)                 vector
 VCLAMP     ``n + 10`` (0 if ``n == 0``)                          vector
