@@ -28,10 +28,10 @@ DMA fault) match the RTL:
   cycles;
 * a DMA command enters the queue in the cycle its micro-instruction executes, reaches
   the engine 2 cycles later (the queue's output register) if the engine is idle, and
-  the engine is then busy ``rows * cols + 1`` cycles (a store ``+ 2``), one word per
-  cycle; the next
-  command starts the cycle after; the sequencer runs on meanwhile and only waits at
-  WAIT / RET (until the tagged commands have completed) or when the queue is full;
+  the engine is then busy ``rows * cols + 1`` cycles (a store ``rows * cols + 2``),
+  one word per cycle; the next command starts the cycle after; the sequencer runs on
+  meanwhile and only waits at WAIT / RET (until the tagged commands have completed)
+  or when the queue is full;
 * COMMIT's publication of staged stores takes 2 cycles per word.
 
 *Estimated* (the compute micro-instructions; the RTL's sequencing of the MAC array and
