@@ -78,7 +78,11 @@ class _StoreBase(wiring.Component):
 
         word, index, unit = window.split(bus.adr)
         answered = bus.ack | bus.err
-        access = bus.cyc & bus.stb & ~answered
+        # A host read's word is registered before it is answered, as GMEM's is: from
+        # the block RAM through the bus's read multiplexers into the bridge was the
+        # worst path of a ULX3S build (step 32).
+        reading = Signal()      # the read's word comes out of the memory this cycle
+        access = bus.cyc & bus.stb & ~answered & ~reading
         # Regions are powers of two long, so the instruction index never exceeds the
         # depth; only the region number can be out of range (kernel_slots not a
         # power of two).
@@ -115,8 +119,9 @@ class _StoreBase(wiring.Component):
 
         ok = Mux(bus.we, write_ok, in_range)
         m.d.sync += [
-            bus.ack.eq(access & ok),
+            bus.ack.eq(access & bus.we & ok | reading),
             bus.err.eq(access & ~ok),
+            reading.eq(access & ~bus.we & ok),
             # Only writes that are in range, whole-word, and refused by policy count:
             # malformed accesses are plain bus errors.
             self.refused.eq(write & in_range & (bus.sel == 0xF) & refuse(unit)),
@@ -124,7 +129,8 @@ class _StoreBase(wiring.Component):
         read_word = Signal(max(window.word_bits, 1))
         with m.If(access):
             m.d.sync += read_word.eq(word)
-        m.d.comb += bus.dat_r.eq(host_r.data.word_select(read_word, 32))
+        with m.If(reading):
+            m.d.sync += bus.dat_r.eq(host_r.data.word_select(read_word, 32))
 
 
 class PlanStore(_StoreBase):
@@ -136,8 +142,9 @@ class PlanStore(_StoreBase):
     instruction ``i``, word ``2*i + 1`` bits [63:32]. Reads are allowed at any time.
     Writes with ``sel != 0xF``, and writes to the active bank, are answered with ERR
     and leave the memory unchanged; the latter also pulse ``refused`` (in the cycle
-    of the ERR). Every access is answered one cycle after ``stb`` is seen, except a
-    read with ``shared_read``, which waits while ``rd_en`` is high.
+    of the ERR). Every write and every ERR is answered one cycle after ``stb`` is
+    seen, a read two (its word registered), a read with ``shared_read`` two after
+    the cycle it gets the port (it waits while ``rd_en`` is high).
 
     Parameters
     ----------
@@ -215,9 +222,10 @@ class KernelStore(_StoreBase):
     micro-instruction ``i``, least significant word first. Reads are allowed at any
     time. Accesses to slots ``>= kernel_slots`` and writes with ``sel != 0xF`` are
     answered with ERR; while ``lock`` is high, writes to slot ``locked_slot`` are
-    answered with ERR, leave the memory unchanged and pulse ``refused``. Every access
-    is answered one cycle after ``stb`` is seen, except a read with ``shared_read``,
-    which waits while ``rd_en`` is high.
+    answered with ERR, leave the memory unchanged and pulse ``refused``. Every write
+    and every ERR is answered one cycle after ``stb`` is seen, a read two (its word
+    registered), a read with ``shared_read`` two after the cycle it gets the port (it
+    waits while ``rd_en`` is high).
 
     Parameters
     ----------

@@ -119,7 +119,9 @@ def test_shared_read_port(store):
             assert not ctx.get(bus.ack)
             assert ctx.get(dut.rd_data) == model[cu, ci]
         ctx.set(dut.rd_en, 0)
-        await ctx.tick()
+        await ctx.tick()        # the host's read gets the port: its word comes out
+        assert not ctx.get(bus.ack)
+        await ctx.tick()        # ...and is answered, registered
         assert ctx.get(bus.ack)
         assert ctx.get(bus.dat_r) == model[unit, i] >> 32 & 0xFFFFFFFF
         ctx.set(bus.cyc, 0); ctx.set(bus.stb, 0)
