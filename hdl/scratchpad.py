@@ -223,8 +223,9 @@ class Scratchpad(wiring.Component):
         partition is a selection, not arithmetic after one: its room from its base in
         one cycle, the limit from the room and its length in the next (in one, the two
         comparisons and the subtraction were 136 of the ULX3S build's late endpoints).
-        A partition written is in effect two cycles later, sooner than the host's next
-        bus access can start a kernel."""
+        A length written reaches the checks two cycles later, a base three (its room,
+        the limit, the open partition's limit), sooner than the host's next bus access
+        can start a kernel."""
         cfg = self._config
         limits = []
         for p in range(cfg.partitions):
