@@ -274,30 +274,17 @@ def test_spram_against_the_ice40_cell_model(tmp_path):
         elif re:
             last = mem[a]
         expected.append(None if we or last is None else last)
-    steps = "\n".join(f"    addr = {a}; re = {re}; we = {we}; wdata = 32'h{d:08x}; "
-                      f"@(negedge clk); $display(\"%h\", rdata);" for a, re, we, d in ops)
-    (tmp_path / "tb.v").write_text(f"""`timescale 1ns/1ps
-module tb;
-    reg clk = 0, rst = 1, re = 0;
+    out = run_testbench(tmp_path, """    reg re = 0;
     reg [14:0] addr = 0;
     reg [3:0] we = 0;
     reg [31:0] wdata = 0;
     wire [31:0] rdata;
     ram dut(.clk(clk), .rst(rst), .addr(addr), .re(re), .we(we), .wdata(wdata),
-            .rdata(rdata));
-    always #5 clk = ~clk;
-    initial begin
-    @(negedge clk); rst = 0;
-{steps}
-    $finish;
-    end
-endmodule
-""")
-    subprocess.run(["iverilog", "-g2012", *_ICARUS_CELLS, "-o", "tb.vvp", "tb.v", "ram.v",
-                    str(cells)], cwd=tmp_path, check=True)
-    out = subprocess.run(["vvp", "-n", "tb.vvp"], cwd=tmp_path, check=True,
-                         capture_output=True, text=True).stdout.split()
-    got = [line for line in out if len(line) == 8]
+            .rdata(rdata));""",
+        [f"addr = {a}; re = {re}; we = {we}; wdata = 32'h{d:08x}; "
+         f"@(posedge clk); #1 $display(\"%h\", rdata);" for a, re, we, d in ops],
+        ["ram.v", cells], flags=_ICARUS_CELLS)
+    got = [line.strip() for line in out if len(line.strip()) == 8]
     assert len(got) == len(ops)
     checked = 0
     for want, line in zip(expected, got):
