@@ -163,6 +163,9 @@ class ControlUnit(wiring.Component):
         The bank being executed (differs from ``active_bank`` after a miss).
     slot : Out(4)
         The executing slot (valid while ``in_kernel``).
+    kernel_part : Out(4)
+        The executing slot's partition, registered at CALL (valid while ``in_kernel``;
+        the host cannot rewrite the slot's entry under it: ``slot_lock``).
     plan_pc, micro_pc : Out(16)
     mark : Out(24)
     fault_cause : Out(FaultCause)
@@ -210,6 +213,7 @@ class ControlUnit(wiring.Component):
             "miss_pc": Out(16), "exec_bank": Out(1),
             "running": Out(1), "done": Out(1), "faulted": Out(1), "active_bank": Out(1),
             "swap_pending": Out(1), "in_kernel": Out(1), "slot": Out(4),
+            "kernel_part": Out(4),
             "plan_pc": Out(16), "micro_pc": Out(16), "mark": Out(24),
             "fault_cause": Out(FaultCause), "fault_bank": Out(1), "fault_in_kernel": Out(1),
             "fault_slot": Out(4), "fault_part": Out(4), "fault_pc": Out(16),
@@ -233,7 +237,7 @@ class ControlUnit(wiring.Component):
 
         arg_a = Signal(24)
         arg_b = Signal(24)
-        part = Signal(4)
+        part = self.kernel_part
         watchdog = Signal(32)
 
         # Statistics of the current kernel call, for its trace record.
@@ -353,7 +357,11 @@ class ControlUnit(wiring.Component):
 
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
-        next_upc = self.micro_pc + 1
+        # micro_pc + 1, kept in a register beside it rather than added: it addresses
+        # the kernel store in MICRO_EXEC, and the adder in front of the fan-out to the
+        # store's block RAMs made that the ULX3S build's most common late endpoint
+        # (278 of eba74bb's seed-2 build).
+        next_upc = Signal(16, init=1)
         # Whether next_pc is past the bank, registered: RET and PUBLISH go there, and
         # plan_pc has held still since the fetch of their CALL / COMMIT.
         next_outside = Signal()
@@ -372,8 +380,8 @@ class ControlUnit(wiring.Component):
                              self.plan_rd_en.eq(1)]
 
         def micro_next():
-            m.d.sync += [self.micro_pc.eq(next_upc),
-                         micro_pc_outside.eq(next_upc[:16] >= cfg.slot_depth),
+            m.d.sync += [self.micro_pc.eq(next_upc), next_upc.eq(next_upc + 1),
+                         micro_pc_outside.eq(next_upc >= cfg.slot_depth),
                          state.eq(_State.MICRO_FETCH)]
             m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_en.eq(1)]
 
@@ -615,16 +623,19 @@ class ControlUnit(wiring.Component):
                             slot_ok = Signal()
                             m.d.comb += slot_ok.eq((plan.sel < cfg.kernel_slots) &
                                                    self.slot_valid.bit_select(plan.sel, 1))
+                            # The address whatever slot_ok says: it only counts with
+                            # the read enable, and the test stays off its fan-out.
+                            m.d.comb += [self.kern_rd_slot.eq(plan.sel),
+                                         self.kern_rd_upc.eq(0)]
                             with m.If(~slot_ok):
                                 raise_fault(FaultCause.SLOT_INVALID, plan.sel)
                             with m.Else():
-                                m.d.comb += [self.kern_rd_slot.eq(plan.sel),
-                                             self.kern_rd_upc.eq(0), self.kern_rd_en.eq(1)]
+                                m.d.comb += self.kern_rd_en.eq(1)
                                 m.d.sync += [
                                     self.slot.eq(plan.sel),
                                     part.eq(self.slot_part[plan.sel[:4]]),
                                     arg_a.eq(plan.a), arg_b.eq(plan.b),
-                                    self.in_kernel.eq(1), self.micro_pc.eq(0),
+                                    self.in_kernel.eq(1), self.micro_pc.eq(0), next_upc.eq(1),
                                     micro_pc_outside.eq(0),
                                     call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
                                     call_cycles.eq(0), call_dma_busy.eq(0),

@@ -30,8 +30,8 @@ class CsrBank(wiring.Component):
     The bank takes the registers and counters of ``memory_map`` that lie in the CSR
     window ``[0, 4 << addr_width)`` bytes (other entries, such as memory windows, are
     ignored). Every access is answered with exactly one of ``ack`` or ``err``, one cycle
-    after it is seen, but a register read two cycles after (a counter's low word: one
-    cycle after the counters answer):
+    after it is seen, but a register read or a whole-word write to a writable register
+    two cycles after (a counter's low word: one cycle after the counters answer):
 
     * a read of a register ACKs with its value (W1 fields read as 0): the cycle the
       access is seen registers which register it is, the next one registers its value
@@ -43,8 +43,13 @@ class CsrBank(wiring.Component):
       ACKs with the shadow (as a register read), so reading LO then HI is atomic;
     * a write ACKs and updates the register's RW fields and pulses its W1 fields, if
       the register has a writable field, ``sel`` is ``0b1111`` and the register's
-      :attr:`refuse` signal is low; a refused write is answered with ERR, leaves the
-      register unchanged and pulses :attr:`refused`;
+      :attr:`refuse` signal is low in the cycle of the answer; a refused write is
+      answered with ERR, leaves the register unchanged and pulses :attr:`refused`.
+      Either answer comes two cycles after the access is seen, as a register read's
+      does: the first cycle registers which register it is, the second writes it or
+      refuses it (the address decode and the refusal in front of the enables of every
+      field, one after the other, were 220 of the ULX3S build's late endpoints,
+      step 33);
     * writes to counters or to registers without writable fields, writes with a partial
       ``sel``, and any access to an address with no register are answered with ERR.
 
@@ -71,8 +76,9 @@ class CsrBank(wiring.Component):
         read is answered. The data was taken in the cycle before, so a FIFO popped on
         the strobe returns its head as it was before the pop.
     refuse : dict of str to Signal
-        For registers with a writable field: ``Signal(1)``, driven by the parent; while
-        it is high, writes to the register are refused.
+        For registers with a writable field: ``Signal(1)``, driven by the parent; a
+        write whose answer comes while it is high is refused (the write is performed
+        in the cycle of its answer).
     counter_read : Out(CounterReadSignature(count=len(counter_names)))
         Reads a counter by its index in :attr:`counter_names` (present only if the
         window holds a counter); connect to :class:`~fusetile.hdl.counters.PerfCounters`.
@@ -172,9 +178,28 @@ class CsrBank(wiring.Component):
         def read_register(index):
             m.d.sync += [reading.eq(1), read_sel.eq(index)]
 
+        # A write to a register likewise names it in `write_sel` and is performed or
+        # refused from there a cycle later (the master holds `dat_w` until the answer).
+        writing = Signal()
+        write_sel = Signal(range(len(self._registers)))
+        with m.If(writing):
+            m.d.sync += writing.eq(0)
+            with m.Switch(write_sel):
+                for index, entry in enumerate(self._registers):
+                    reg = entry.item
+                    if not reg.writable:
+                        continue
+                    with m.Case(index):
+                        with m.If(self.refuse[reg.name]):
+                            m.d.sync += [bus.err.eq(1), self.refused.eq(1),
+                                         self.refused_addr.eq(bus.adr)]
+                        with m.Else():
+                            m.d.sync += bus.ack.eq(1)
+                            self._write(m, reg)
+
         # Any other access is answered in the cycle after it is seen; the cycles of the
-        # answer (and of a read's selection) are ignored so that the same access is
-        # not answered twice.
+        # answer (and of a read's or a write's selection) are ignored so that the same
+        # access is not answered twice.
         if self._counters:
             ctr = self.counter_read
             m.d.sync += ctr.stb.eq(0)
@@ -182,7 +207,7 @@ class CsrBank(wiring.Component):
                 answer_read(ctr.data[:32])
                 m.d.sync += [shadow.eq(ctr.data[32:]), counting.eq(0)]
 
-        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting & ~reading):
+        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting & ~reading & ~writing):
             with m.Switch(bus.adr):
                 for index, entry in enumerate(self._registers):
                     reg = entry.item
@@ -192,12 +217,8 @@ class CsrBank(wiring.Component):
                         if reg.writable:
                             with m.Elif(bus.sel != 0b1111):
                                 m.d.sync += bus.err.eq(1)
-                            with m.Elif(self.refuse[reg.name]):
-                                m.d.sync += [bus.err.eq(1), self.refused.eq(1),
-                                             self.refused_addr.eq(bus.adr)]
                             with m.Else():
-                                m.d.sync += bus.ack.eq(1)
-                                self._write(m, reg)
+                                m.d.sync += [writing.eq(1), write_sel.eq(index)]
                         else:
                             with m.Else():
                                 m.d.sync += bus.err.eq(1)

@@ -120,6 +120,7 @@ class Tile(wiring.Component):
         wiring.connect(m, dma.gmem, staging.dma)
         wiring.connect(m, staging.gmem, gmem.dma)
         wiring.connect(m, dma.spad, spad.dma)
+        m.d.comb += dma.limit.eq(spad.limit)
         for port in ("a", "b", "w"):
             wiring.connect(m, getattr(compute, port), getattr(spad, port))
         wiring.connect(m, ctrl.compute_cmd, compute.cmd)
@@ -236,7 +237,10 @@ class Tile(wiring.Component):
         # Partition and slot tables. The scratchpad opens the executing slot's
         # partition (CALL sets the slot two cycles before the kernel's first access).
         # The entries a running kernel depends on cannot be rewritten under it: such
-        # writes are refused like writes to an executing slot.
+        # writes are refused like writes to an executing slot, the slot's from the
+        # CALL that reads it (as the kernel store's), the partition's from registers
+        # (the kernel's partition as CALL registered it, not the slot table's entry
+        # selected by the slot: that was in front of every PART field's enable).
         executing_part = Signal(4)
         m.d.comb += [
             executing_part.eq(ctrl.slot_part[ctrl.slot]),
@@ -247,13 +251,13 @@ class Tile(wiring.Component):
             m.d.comb += [
                 spad.part_base[i].eq(f[f"PART[{i}]"]["base"]),
                 spad.part_len[i].eq(f[f"PART[{i}]"]["length"]),
-                csr.refuse[f"PART[{i}]"].eq(ctrl.in_kernel & (executing_part == i)),
+                csr.refuse[f"PART[{i}]"].eq(ctrl.in_kernel & (ctrl.kernel_part == i)),
             ]
         for i in range(cfg.kernel_slots):
             m.d.comb += [
                 ctrl.slot_valid[i].eq(f[f"SLOT[{i}]"]["valid"]),
                 ctrl.slot_part[i].eq(f[f"SLOT[{i}]"]["part"]),
-                csr.refuse[f"SLOT[{i}]"].eq(ctrl.in_kernel & (ctrl.slot == i)),
+                csr.refuse[f"SLOT[{i}]"].eq(ctrl.slot_lock & (ctrl.locked_slot == i)),
             ]
 
         # -- refused writes -------------------------------------------------------------
