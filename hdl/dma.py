@@ -13,6 +13,13 @@ scratchpad write (load) freezes the whole pipeline for the cycle: GMEM's read po
 holds the word while no new read is issued, so the write is simply presented again.
 A stalled scratchpad read (store) holds only the issue stage; the GMEM writes of the
 words read before it still complete. A stall costs one cycle and no word.
+
+The engine makes the scratchpad's partition test itself, as it sets an address: the
+offset against the open partition's ``limit``, registered with the offset. It presents
+no access the test finds outside (it faults instead), so nothing it decides waits for
+the scratchpad's own test, which it would otherwise meet twice on the way to every
+address register's enable: in ``fault`` and in ``stall`` (the ULX3S build's most
+common late endpoints after the kernel store's, step 33).
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -62,9 +69,12 @@ class Dma(wiring.Component):
     low, no access).
 
     Faults: for each word, the GMEM address is checked first (``>= gmem_words``:
-    GMEM_RANGE, ``fault_addr`` = the GMEM word address), then the scratchpad access
-    (outside partition ``part``, including offsets ``>= 2**16``: PARTITION,
-    ``fault_addr`` = the offset). The faulting word and every later one are not
+    GMEM_RANGE, ``fault_addr`` = the GMEM word address), then the scratchpad offset
+    (``>= limit``, which covers offsets ``>= 2**16``: PARTITION, ``fault_addr`` = the
+    offset). ``limit`` must be that of the command's partition, open in the scratchpad,
+    from the cycle the command is accepted until the transfer ends (the tile opens
+    the calling slot's partition at CALL; a kernel's partition does not change under
+    it). The faulting word and every later one are not
     written; every earlier one is. The engine then stops (``busy`` low) with ``fault``
     high and the cause latched until ``abort``. A transfer that faults after ``n``
     words is busy ``n + 1`` cycles, ``n + 2`` for a store (the words before the fault
@@ -81,7 +91,10 @@ class Dma(wiring.Component):
     gmem : Out(GmemPortSignature(config))
         To :attr:`GlobalMemory.dma`.
     spad : Out(SpadPortSignature(config))
-        To a scratchpad access port (:attr:`Scratchpad.dma`); ``stall`` is honoured.
+        To a scratchpad access port (:attr:`Scratchpad.dma`); ``stall`` is honoured,
+        ``fault`` is never raised (the engine tests its accesses first).
+    limit : In(17)
+        :attr:`Scratchpad.limit`: the offsets inside the open partition.
     busy : Out(1)
         A transfer is in progress (accepted, not finished, not faulted).
     word_in : Out(1)
@@ -116,6 +129,7 @@ class Dma(wiring.Component):
             "cmd":         In(stream.Signature(DmaCommand)),
             "gmem":        Out(GmemPortSignature(config)),
             "spad":        Out(SpadPortSignature(config)),
+            "limit":       In(17),
             "busy":        Out(1),
             "word_in":     Out(1),
             "word_out":    Out(1),
@@ -149,6 +163,7 @@ class Dma(wiring.Component):
         gaddr = Signal(_ADDR_BITS)
         gmem_oob = Signal()     # gaddr >= gmem_words, worked out as gaddr is set
         saddr = Signal(_ADDR_BITS)
+        spad_oob = Signal()     # saddr >= limit, worked out as saddr is set
         row_gaddr = Signal(_ADDR_BITS)
         row_saddr = Signal(_ADDR_BITS)
 
@@ -157,6 +172,7 @@ class Dma(wiring.Component):
         wvalid = Signal()
         w_gaddr = Signal(_ADDR_BITS)
         w_saddr = Signal(_ADDR_BITS)
+        w_spad_oob = Signal()
         held = Signal(cfg.word_bits, reset_less=True)
         from_held = Signal()
 
@@ -197,6 +213,12 @@ class Dma(wiring.Component):
             value = value[:len(gaddr)]
             m.d.sync += [gaddr.eq(value), gmem_oob.eq(value >= cfg.gmem_words)]
 
+        def set_saddr(value):
+            # The partition test likewise (the limit is at most 2**16, so an offset
+            # wider than the port's 16 bits is outside).
+            value = value[:len(saddr)]
+            m.d.sync += [saddr.eq(value), spad_oob.eq(value >= self.limit)]
+
         def advance():
             m.d.sync += wvalid.eq(1)
             with m.If(col == last_col):
@@ -205,22 +227,15 @@ class Dma(wiring.Component):
                     row.eq(row + 1),
                     row_gaddr.eq(row_gaddr + gmem_stride),
                     row_saddr.eq(row_saddr + spad_stride),
-                    saddr.eq(row_saddr + spad_stride),
                 ]
+                set_saddr(row_saddr + spad_stride)
                 set_gaddr(row_gaddr + gmem_stride)
                 with m.If(row == last_row):
                     m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += [
-                    col.eq(col + 1),
-                    saddr.eq(saddr + 1),
-                ]
+                m.d.sync += col.eq(col + 1)
+                set_saddr(saddr + 1)
                 set_gaddr(gaddr + 1)
-
-        # The scratchpad port has 16-bit offsets; anything wider is outside every
-        # partition (lengths are 16-bit).
-        spad_oob = saddr[16:] != 0
-        w_spad_oob = w_saddr[16:] != 0
 
         # The ports are driven from the engine's own state only; `abort` acts last: on
         # the registers here, and on the scratchpad's banks there (the tile wires
@@ -244,9 +259,9 @@ class Dma(wiring.Component):
                     row.eq(0),
                     col.eq(0),
                     row_gaddr.eq(p.gmem_addr),
-                    saddr.eq(p.spad_addr),
                     row_saddr.eq(p.spad_addr),
                 ]
+                set_saddr(p.spad_addr)
                 set_gaddr(p.gmem_addr)
 
         with m.Elif(~store):
@@ -263,7 +278,7 @@ class Dma(wiring.Component):
             with m.If(wvalid):
                 m.d.comb += [
                     self.spad.en.eq(~w_spad_oob),
-                    write_fault.eq(w_spad_oob | self.spad.fault),
+                    write_fault.eq(w_spad_oob),
                     write_stall.eq(self.spad.stall),
                     self.word_in.eq(~write_fault & ~write_stall),
                 ]
@@ -288,7 +303,7 @@ class Dma(wiring.Component):
                 with m.If(gmem_oob):
                     stop(FaultCause.GMEM_RANGE, gaddr)
                 with m.Else():
-                    m.d.sync += w_saddr.eq(saddr)
+                    m.d.sync += [w_saddr.eq(saddr), w_spad_oob.eq(spad_oob)]
                     advance()
             with m.Elif(wvalid):
                 m.d.sync += running.eq(0)       # the last word is written this cycle
@@ -313,7 +328,7 @@ class Dma(wiring.Component):
             ]
             with m.If(issuing):
                 m.d.comb += self.spad.en.eq(~gmem_oob & ~spad_oob)
-                with m.If(gmem_oob | spad_oob | self.spad.fault):
+                with m.If(gmem_oob | spad_oob):
                     m.d.sync += [
                         issuing.eq(0),
                         pend.eq(1),

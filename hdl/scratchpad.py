@@ -79,7 +79,8 @@ class SpadPortSignature(wiring.Signature):
     stall : In(1)
         Combinational, in the cycle of ``en``: a port of higher priority uses the
         bank's read (or write) port this cycle; the access was not performed and must
-        be presented again. ``fault`` wins over ``stall``.
+        be presented again. ``fault`` wins over ``stall``: an access outside its
+        partition may see both (``stall`` does not wait for the partition test).
 
     Raises
     ------
@@ -119,9 +120,10 @@ class Scratchpad(wiring.Component):
     by different ports are both performed; if they are of the same word, the read
     returns the word as it was before the write. An access that loses its bank is not
     performed and is reported on the port's ``stall`` (present it again); an access
-    outside its partition faults instead. Arbitration does not wait for the partition
-    test: a faulting access still takes its bank, and a port of lower priority that
-    wants the same bank stalls that cycle. (In the tile only the compute unit's ports
+    outside its partition faults instead (and may see ``stall`` too: ``fault`` wins).
+    Arbitration does not wait for the partition test: a faulting access still takes
+    its bank, and a port of lower priority that wants the same bank stalls that
+    cycle. (In the tile only the compute unit's ports
     are above another, and the control unit's operand check keeps their accesses
     inside the partition.)
 
@@ -175,7 +177,8 @@ class Scratchpad(wiring.Component):
         Combinational: bit ``b`` is high in a cycle in which a write is performed in
         bank ``b`` (it reaches the bank in the next).
     conflicts : Out(range(len(PORTS) + 1))
-        Combinational: the number of ports stalled this cycle.
+        Combinational: the number of accesses inside their partition stalled this
+        cycle.
     abort : In(1)
         No access is performed this cycle (the units behind the ports are being
         aborted). Applied at the banks, after arbitration: the ports' ``fault`` and
@@ -281,8 +284,10 @@ class Scratchpad(wiring.Component):
         # access is inside its partition: the partition test (a comparison with the
         # limit) is then beside the bank selection, not in front of every grant below
         # it (it was on the compute unit's path from an operand's offset through the
-        # grants into its pointers). A faulting access is not performed and does not
-        # stall.
+        # grants into its pointers), nor does a port's stall: the DMA engine tests its
+        # own accesses ahead, and its stall decides its every address register
+        # (docs/fpga.md, step 33). A faulting access is not performed; its stall does
+        # not count.
         reqs = []
         for name in self.PORTS:
             port = getattr(self, name)
@@ -305,9 +310,9 @@ class Scratchpad(wiring.Component):
                 req.rd_claim.eq(req.rd & ~rd_lost),
                 req.rd_grant.eq(req.rd_claim & req.inside),
                 req.wr_grant.eq(req.wr & req.inside & ~wr_lost),
-                req.port.stall.eq(req.inside & (req.rd & rd_lost | req.wr & wr_lost)),
+                req.port.stall.eq(req.rd & rd_lost | req.wr & wr_lost),
             ]
-            stalls.append(req.port.stall)
+            stalls.append(req.port.stall & req.inside)
 
         # Grants are one per bank and direction, so these are plain selects. Writes
         # are posted (above): a bank's write port is driven from registers only, not

@@ -9,6 +9,8 @@ the contract:
 
 * the instruction stores: a read the control unit uses (``*_rd_en``) is of a bank or
   slot whose host writes the store refuses in that cycle (``hdl/stores.py``);
+* the DMA engine's own partition test (``hdl/dma.py``) agrees with the scratchpad's:
+  it never presents an access that the scratchpad finds outside the partition;
 * the scratchpad: no performed read is of a word written in the cycle before (its
   write is posted: it reaches the bank in the cycle of that read; ``hdl/scratchpad.py``).
   The hardware does not prevent it; a program does it only by racing a DMA transfer
@@ -30,15 +32,18 @@ class CheckedTile(Tile):
     def elaborate(self, platform):
         m = super().elaborate(platform)
         ctrl = m.submodules.control
+        spad = m.submodules.spad
         with m.If(ctrl.plan_rd_en):
             m.d.comb += Assert((ctrl.plan_rd_bank == ctrl.active_bank) | ctrl.plan_lock_all,
                                "a plan fetch from a bank the host may write")
         with m.If(ctrl.kern_rd_en):
             m.d.comb += Assert(ctrl.slot_lock & (ctrl.locked_slot == ctrl.kern_rd_slot),
                                "a kernel fetch from a slot the host may write")
+        with m.If(spad.dma.en):
+            m.d.comb += Assert(~spad.dma.fault,
+                               "the DMA engine presents an access outside its partition")
         # A performed access is in the open partition, so equal offsets are one word
         # (the partition changes only at a CALL, when no access is in flight).
-        spad = m.submodules.spad
         ports = {name: getattr(spad, name) for name in spad.PORTS}
         done = {name: p.en & ~p.fault & ~p.stall & ~spad.abort for name, p in ports.items()}
         for w, wp in ports.items():

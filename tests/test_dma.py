@@ -46,6 +46,7 @@ class Harness(Elaboratable):
         m.submodules.spad = self.spad
         wiring.connect(m, self.dma.gmem, self.gmem.dma)
         wiring.connect(m, self.dma.spad, self.spad.dma)
+        m.d.comb += self.dma.limit.eq(self.spad.limit)      # as the tile wires it
         m.d.comb += self.spad.abort.eq(self.dma.abort)      # as the tile wires it
         return m
 
@@ -175,7 +176,7 @@ async def issue(ctx, h, c, intf=None, limit=5000):
     """Run command ``c``; return (busy cycles, word pulses, stalled cycles)."""
     dma = h.dma
     assert ctx.get(dma.cmd.ready)
-    ctx.set(h.spad.part, c.part)        # open from the first access on
+    await open_part(ctx, h, c.part)     # the engine tests its addresses from the start
     ctx.set(dma.cmd.payload, c.const)
     ctx.set(dma.cmd.valid, 1)
     await ctx.tick()
