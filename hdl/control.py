@@ -264,17 +264,17 @@ class ControlUnit(wiring.Component):
 
         # The store read ports are addressed one cycle ahead: the cycle that decides
         # the next plan (micro) PC presents it, so the word is out of the block RAM in
-        # the fetch cycle, which registers it. By default they read the instruction
-        # being executed; plan_goto, CALL, START and a miss present the next one, and
-        # MICRO_EXEC always the next micro-instruction (a cycle that stalls or faults
-        # does not use the word, and its decision stays off the address). Only the
+        # the fetch cycle, which registers it. By default the plan store reads the
+        # instruction being executed; plan_goto, START and a miss present the next one.
+        # The kernel store is read by CALL (the first micro-instruction of the slot it
+        # calls) and by MICRO_EXEC (the next one), and its address is that from
+        # registers in every cycle (below, with micro_pc + 1): a cycle that stalls or
+        # faults does not use the word, and no decision is on the address. Only the
         # cycles that go on need the read (`plan_rd_en`, `kern_rd_en`): they are every
         # way into PLAN_FETCH and MICRO_FETCH, the states that use the word.
         m.d.comb += [
             self.plan_rd_bank.eq(self.exec_bank),
             self.plan_rd_pc.eq(self.plan_pc),
-            self.kern_rd_slot.eq(self.slot),
-            self.kern_rd_upc.eq(self.micro_pc),
             self.plan_lock_all.eq(self.running &
                                   (self.speculating | (self.exec_bank != self.active_bank))),
         ]
@@ -360,8 +360,13 @@ class ControlUnit(wiring.Component):
         # micro_pc + 1, kept in a register beside it rather than added: it addresses
         # the kernel store in MICRO_EXEC, and the adder in front of the fan-out to the
         # store's block RAMs made that the ULX3S build's most common late endpoint
-        # (278 of eba74bb's seed-2 build).
+        # (278 of eba74bb's seed-2 build; the state's and the instruction's decode in
+        # front of it were a8fc9f8's 295). Outside a kernel the only kernel read is a
+        # CALL's, of its slot's first micro-instruction: the slot is the one locked
+        # against host writes either way.
         next_upc = Signal(16, init=1)
+        m.d.comb += [self.kern_rd_slot.eq(self.locked_slot),
+                     self.kern_rd_upc.eq(Mux(self.in_kernel, next_upc, 0))]
         # Whether next_pc is past the bank, registered: RET and PUBLISH go there, and
         # plan_pc has held still since the fetch of their CALL / COMMIT.
         next_outside = Signal()
@@ -623,10 +628,6 @@ class ControlUnit(wiring.Component):
                             slot_ok = Signal()
                             m.d.comb += slot_ok.eq((plan.sel < cfg.kernel_slots) &
                                                    self.slot_valid.bit_select(plan.sel, 1))
-                            # The address whatever slot_ok says: it only counts with
-                            # the read enable, and the test stays off its fan-out.
-                            m.d.comb += [self.kern_rd_slot.eq(plan.sel),
-                                         self.kern_rd_upc.eq(0)]
                             with m.If(~slot_ok):
                                 raise_fault(FaultCause.SLOT_INVALID, plan.sel)
                             with m.Else():
@@ -657,12 +658,12 @@ class ControlUnit(wiring.Component):
                     m.d.sync += state.eq(_State.MICRO_EXEC)
 
             with m.Case(_State.MICRO_EXEC):
-                m.d.comb += self.kern_rd_upc.eq(next_upc)
                 with m.Switch(micro.op):
                     with m.Case(MicroOp.NOP):
                         micro_next()
                     with m.Case(MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
                         base = Signal(24)
+                        base_ok = Signal(init=1)
                         with m.Switch(dma_args.gmem_base):
                             with m.Case(GmemBase.ABS):
                                 m.d.comb += base.eq(0)
@@ -671,6 +672,7 @@ class ControlUnit(wiring.Component):
                             with m.Case(GmemBase.ARG1):
                                 m.d.comb += base.eq(arg_b)
                             with m.Default():
+                                m.d.comb += base_ok.eq(0)
                                 raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
                         cmd = self.dma_push.payload.command
                         m.d.comb += [
@@ -684,7 +686,9 @@ class ControlUnit(wiring.Component):
                             cmd.cols.eq(dma_args.cols),
                             self.dma_push.payload.token.eq(dma_args.token),
                         ]
-                        with m.If(~fault):
+                        # Pushed whatever else faults in this cycle (not `~fault`):
+                        # see abandon().
+                        with m.If(base_ok):
                             m.d.comb += self.dma_push.valid.eq(1)
                             with m.If(self.dma_push.ready):
                                 micro_next()
@@ -782,7 +786,11 @@ class ControlUnit(wiring.Component):
         def abandon():
             """What a miss and a stop share: nothing this cycle retires or is issued,
             the units are aborted, staged stores are dropped, and a call cut short is
-            still traced, marked as faulted."""
+            still traced, marked as faulted. A DMA command pushed in this cycle is
+            dropped with the queue the next (`dma_abort` flushes it before the engine
+            can take it): the push does not wait for the fault decision, which was in
+            front of the queue's write enable (104 of the ULX3S build's late
+            endpoints, step 33)."""
             m.d.comb += [
                 take_swap.eq(0),
                 self.events.inference.eq(0),
@@ -791,7 +799,6 @@ class ControlUnit(wiring.Component):
                 self.events.plan_retired.eq(0),
                 self.events.call_done.eq(0),
                 self.events.spec_hit.eq(0),
-                self.dma_push.valid.eq(0),
                 issue_compute.eq(0),
                 self.staging_publish.eq(0),
                 self.trace_push.eq(self.in_kernel),
