@@ -28,7 +28,7 @@ stops. A write answered with ``stall`` (which the tile never does) squashes the 
 and restarts the operation from the output that was not written.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -134,7 +134,11 @@ class ComputeUnit(wiring.Component):
       32 bits of the micro-instruction (``op``, two 0 bits, ``args``), ``fault_part`` 0.
     * PARTITION: the first access (in program order: for each output its inputs, then
       the output) outside the partition; ``fault_addr`` = its offset (offsets past
-      0xFFFF included), ``fault_part`` = ``part``. Outputs before it are written (MATMUL
+      0xFFFF included), ``fault_part`` = ``part``. The unit makes the scratchpad's
+      partition test itself, as it sets a pointer (the offset against ``limit``,
+      registered with it), and presents no access that it finds outside: nothing it
+      decides waits for the scratchpad's ``fault``, which was in front of its
+      pointers, its step counters and its fault registers (step 33 of docs/fpga.md). Outputs before it are written (MATMUL
       steps before it are in ACC), none after it; ACC_BIAS does not change ACC, a
       per-channel REQUANT whose table faults writes nothing, VCMP / VARGMAX write no
       register.
@@ -148,8 +152,10 @@ class ComputeUnit(wiring.Component):
     accepted in the cycle of an ``abort`` is dropped with it; only a VCFG's register is
     written by then (``ready`` does not wait for ``abort``).
 
-    *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command. ``a.we`` and ``b.we``
-    are 0, ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``
+    *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command, which must be
+    open in the scratchpad, ``limit`` its, from the cycle the command is accepted until
+    it completes (``fault`` is then never raised). ``a.we`` and ``b.we`` are 0,
+    ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``
     against ``b``: that would starve a step whose two reads meet in one bank);
     ``rdata`` is used only in the cycle after a performed read. ``w`` is expected never to stall; if
     it does, the operation restarts from the output that was not written (correct for
@@ -170,6 +176,8 @@ class ComputeUnit(wiring.Component):
         VCLAMP, VCMP, VARGMAX) is made on ``a``.
     w : Out(SpadPortSignature(config))
         Result writes (REQUANT, VADD, VPOOL, VCLAMP).
+    limit : In(17)
+        :attr:`Scratchpad.limit`: the offsets inside the open partition.
     busy : Out(1)
         A command is in progress (see above).
     fault : Out(1)
@@ -225,6 +233,7 @@ class ComputeUnit(wiring.Component):
             "a":           Out(SpadPortSignature(config)),
             "b":           Out(SpadPortSignature(config)),
             "w":           Out(SpadPortSignature(config)),
+            "limit":       In(17),
             "busy":        Out(1),
             "fault":       Out(1),
             "fault_cause": Out(FaultCause),
@@ -297,6 +306,8 @@ class ComputeUnit(wiring.Component):
         base_a = Signal(_ADDR_BITS)   # unit-stride streams start here (a restart, the
         base_b = Signal(_ADDR_BITS)   # REQUANT rows after the table)
         row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
+        a_out = Signal()        # ptr_a is outside the partition (and so on): see point()
+        b_out = Signal()
         a_have = Signal()       # this step's `a` word was read (held in hold_a)
         b_have = Signal()
         cap_a = Signal()        # a read performed last cycle goes to the hold register
@@ -313,6 +324,7 @@ class ComputeUnit(wiring.Component):
 
         # -- write stage ------------------------------------------------------------
         w_addr = Signal(_ADDR_BITS)
+        w_out = Signal()
         w_stride = Signal(16)
         w_count = Signal(16)    # outputs written: where a restart resumes
         w_row = Signal(_ADDR_BITS)    # VPOOL: input word (o, 0) of the next output
@@ -321,6 +333,12 @@ class ComputeUnit(wiring.Component):
         buf = Signal(n_buf * word_bits, reset_less=True)
 
         squash = Signal()       # drop every step in flight (abort, fault, restart)
+
+        def point(ptr, out, value):
+            """Set ``ptr`` to ``value`` and ``out`` to the scratchpad's partition test of
+            it (``limit`` is at most 2**16, so an offset past 16 bits is outside)."""
+            value = Value.cast(value)[:len(ptr)]
+            return [ptr.eq(value), out.eq(value >= self.limit)]
 
         # The opcode, decoded as the command is accepted (below): one flip-flop per
         # operation, so that the issue and data stages start from registers rather
@@ -340,22 +358,23 @@ class ComputeUnit(wiring.Component):
         need_b = (is_op[MicroOp.MATMUL] | is_op[MicroOp.VADD]) & ~load
         want_a = issue_now & need_a & ~a_have
         want_b = issue_now & need_b & ~b_have
-        for port, want, off in ((self.a, want_a, ptr_a), (self.b, want_b, ptr_b)):
+        for port, want, off, out in ((self.a, want_a, ptr_a, a_out),
+                                     (self.b, want_b, ptr_b, b_out)):
             m.d.comb += [
                 port.part.eq(part),
                 port.offset.eq(off[:16]),
-                port.en.eq(want & ~off[16]),
+                port.en.eq(want & ~out),
                 port.we.eq(0),
             ]
         a_done = Signal()
         b_done = Signal()
         a_bad = Signal()
         b_bad = Signal()
-        a_performed = self.a.en & ~self.a.fault & ~self.a.stall
-        b_performed = self.b.en & ~self.b.fault & ~self.b.stall
+        a_performed = self.a.en & ~self.a.stall
+        b_performed = self.b.en & ~self.b.stall
         m.d.comb += [
-            a_bad.eq(want_a & (ptr_a[16] | self.a.fault)),
-            b_bad.eq(want_b & (ptr_b[16] | self.b.fault)),
+            a_bad.eq(want_a & a_out),
+            b_bad.eq(want_b & b_out),
             a_done.eq(~need_a | a_have | a_performed),
             b_done.eq(~need_b | b_have | b_performed),
         ]
@@ -414,19 +433,19 @@ class ComputeUnit(wiring.Component):
                         idx.eq(idx + 1),
                         more.eq(idx + 1 != total),
                         row_addr.eq(row_addr + vpool.in_step),
-                        ptr_a.eq(row_addr + vpool.in_step),
+                        *point(ptr_a, a_out, row_addr + vpool.in_step),
                     ]
                 with m.Else():
                     m.d.sync += [
                         win_t.eq(win_t + 1),
-                        ptr_a.eq(ptr_a + step_a),
+                        *point(ptr_a, a_out, ptr_a + step_a),
                     ]
             with m.Else():
                 m.d.sync += [
                     idx.eq(idx + 1),
                     more.eq(idx + 1 != total),
-                    ptr_a.eq(ptr_a + step_a),
-                    ptr_b.eq(ptr_b + step_b),
+                    *point(ptr_a, a_out, ptr_a + step_a),
+                    *point(ptr_b, b_out, ptr_b + step_b),
                 ]
         with m.Elif(issuing):
             m.d.sync += [
@@ -544,7 +563,7 @@ class ComputeUnit(wiring.Component):
         m.d.comb += [
             self.w.part.eq(part),
             self.w.offset.eq(w_addr[:16]),
-            self.w.en.eq(result & running & ~w_addr[16]),
+            self.w.en.eq(result & running & ~w_out),
             self.w.we.eq(1),
             self.w.wdata.eq(wdata),
         ]
@@ -552,14 +571,14 @@ class ComputeUnit(wiring.Component):
         w_done = Signal()
         w_stalled = Signal()
         m.d.comb += [
-            w_bad.eq(result & running & (w_addr[16] | self.w.fault)),
-            w_done.eq(self.w.en & ~self.w.fault & ~self.w.stall),
-            w_stalled.eq(self.w.en & ~self.w.fault & self.w.stall),
+            w_bad.eq(result & running & w_out),
+            w_done.eq(self.w.en & ~self.w.stall),
+            w_stalled.eq(self.w.en & self.w.stall),
             self.saturations.eq(Mux(w_done, sat, 0)),
         ]
         with m.If(w_done):
             m.d.sync += [
-                w_addr.eq(w_addr + w_stride),
+                *point(w_addr, w_out, w_addr + w_stride),
                 w_count.eq(w_count + 1),
                 w_row.eq(w_row + vpool.in_step),
             ]
@@ -590,8 +609,8 @@ class ComputeUnit(wiring.Component):
             self.mac_busy.eq(self.busy & is_op[MicroOp.MATMUL]),
             self.vec_busy.eq(self.busy & ~is_op[MicroOp.MATMUL]),
             self.macs.eq(mac.macs),
-            self.stalls.eq((self.a.en & ~self.a.fault & self.a.stall) |
-                           (self.b.en & ~self.b.fault & self.b.stall) | w_stalled),
+            self.stalls.eq((self.a.en & self.a.stall) | (self.b.en & self.b.stall) |
+                           w_stalled),
             mac.bias_valid.eq(drained & ~rfault & load & is_op[MicroOp.ACC_BIAS]),
         ]
 
@@ -613,8 +632,8 @@ class ComputeUnit(wiring.Component):
             m.d.sync += [
                 idx.eq(w_count),
                 more.eq(w_count != total),
-                ptr_a.eq(Mux(is_op[MicroOp.VPOOL], w_row, base_a + w_count)),
-                ptr_b.eq(base_b + w_count),
+                *point(ptr_a, a_out, Mux(is_op[MicroOp.VPOOL], w_row, base_a + w_count)),
+                *point(ptr_b, b_out, base_b + w_count),
                 win_t.eq(0),
                 row_addr.eq(w_row),
                 rfault.eq(0),
@@ -623,8 +642,8 @@ class ComputeUnit(wiring.Component):
             with m.If(rfault):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
-                m.d.sync += [load.eq(0), idx.eq(0), ptr_a.eq(base_a), ptr_b.eq(base_b),
-                             total.eq(R), more.eq(1)]
+                m.d.sync += [load.eq(0), idx.eq(0), *point(ptr_a, a_out, base_a),
+                             *point(ptr_b, b_out, base_b), total.eq(R), more.eq(1)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
 
@@ -637,9 +656,9 @@ class ComputeUnit(wiring.Component):
         p = self.cmd.payload
         pa = p.args
 
-        def start_at(base, ptr, addr):
+        def start_at(base, ptr, out, addr):
             """A stream from ``addr``: its base and its running pointer."""
-            return [base.eq(addr), ptr.eq(addr)]
+            return [base.eq(addr), *point(ptr, out, addr)]
 
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [sig.eq(p.op == o) for o, sig in is_op.items()]
@@ -667,8 +686,8 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(pa.matmul.k != 0),
                         total.eq(pa.matmul.k),
-                        ptr_a.eq(pa.matmul.a_addr),
-                        ptr_b.eq(pa.matmul.b_addr),
+                        *point(ptr_a, a_out, pa.matmul.a_addr),
+                        *point(ptr_b, b_out, pa.matmul.b_addr),
                         step_a.eq(pa.matmul.a_stride),
                         step_b.eq(pa.matmul.b_stride),
                     ]
@@ -677,7 +696,7 @@ class ComputeUnit(wiring.Component):
                         running.eq(1),
                         load.eq(1),
                         total.eq(self.bias_words),
-                        *start_at(base_a, ptr_a, pa.acc_bias.addr),
+                        *start_at(base_a, ptr_a, a_out, pa.acc_bias.addr),
                     ]
                 with m.Case(MicroOp.REQUANT):
                     rqa = pa.requant
@@ -685,17 +704,17 @@ class ComputeUnit(wiring.Component):
                         running.eq(1),
                         load.eq(rqa.per_channel),
                         total.eq(Mux(rqa.per_channel, self.table_words, R)),
-                        *start_at(base_a, ptr_a, rqa.param_addr),
-                        w_addr.eq(rqa.out_addr),
+                        *start_at(base_a, ptr_a, a_out, rqa.param_addr),
+                        *point(w_addr, w_out, rqa.out_addr),
                         w_stride.eq(rqa.out_stride),
                     ]
                 with m.Case(MicroOp.VADD):
                     m.d.sync += [
                         running.eq(pa.vadd.n != 0),
                         total.eq(pa.vadd.n),
-                        *start_at(base_a, ptr_a, pa.vadd.a_addr),
-                        *start_at(base_b, ptr_b, pa.vadd.b_addr),
-                        w_addr.eq(pa.vadd.out_addr),
+                        *start_at(base_a, ptr_a, a_out, pa.vadd.a_addr),
+                        *start_at(base_b, ptr_b, b_out, pa.vadd.b_addr),
+                        *point(w_addr, w_out, pa.vadd.out_addr),
                     ]
                 with m.Case(MicroOp.VPOOL):
                     with m.If(pa.vpool.window == 0):
@@ -704,25 +723,25 @@ class ComputeUnit(wiring.Component):
                         m.d.sync += [
                             running.eq(pa.vpool.n != 0),
                             total.eq(pa.vpool.n),
-                            ptr_a.eq(pa.vpool.in_addr),
+                            *point(ptr_a, a_out, pa.vpool.in_addr),
                             step_a.eq(pa.vpool.in_stride),
                             row_addr.eq(pa.vpool.in_addr),
                             w_row.eq(pa.vpool.in_addr),
-                            w_addr.eq(pa.vpool.out_addr),
+                            *point(w_addr, w_out, pa.vpool.out_addr),
                         ]
                 with m.Case(MicroOp.VCLAMP):
                     m.d.sync += [
                         running.eq(pa.vclamp.n != 0),
                         total.eq(pa.vclamp.n),
-                        *start_at(base_a, ptr_a, pa.vclamp.in_addr),
-                        w_addr.eq(pa.vclamp.out_addr),
+                        *start_at(base_a, ptr_a, a_out, pa.vclamp.in_addr),
+                        *point(w_addr, w_out, pa.vclamp.out_addr),
                     ]
                 with m.Case(MicroOp.VCMP):
                     word = pa.vcmp.lane >> lane_bits
                     m.d.sync += [
                         running.eq(1),
                         total.eq(Mux(pa.vcmp.reduce, word + 1, 1)),
-                        *start_at(base_a, ptr_a, pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
+                        *start_at(base_a, ptr_a, a_out, pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
@@ -734,7 +753,7 @@ class ComputeUnit(wiring.Component):
                         m.d.sync += [
                             running.eq(1),
                             total.eq(Mux(va.column, va.n, ((va.n - 1) >> lane_bits) + 1)),
-                            *start_at(base_a, ptr_a, va.addr),
+                            *start_at(base_a, ptr_a, a_out, va.addr),
                         ]
                 with m.Case(MicroOp.VCFG):
                     value = pa.vcfg.value

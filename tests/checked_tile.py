@@ -9,8 +9,9 @@ the contract:
 
 * the instruction stores: a read the control unit uses (``*_rd_en``) is of a bank or
   slot whose host writes the store refuses in that cycle (``hdl/stores.py``);
-* the DMA engine's own partition test (``hdl/dma.py``) agrees with the scratchpad's:
-  it never presents an access that the scratchpad finds outside the partition;
+* the units' own partition tests (``hdl/dma.py``, ``hdl/compute.py``) agree with the
+  scratchpad's: no unit presents an access that the scratchpad finds outside the
+  partition;
 * the scratchpad: no performed read is of a word written in the cycle before (its
   write is posted: it reaches the bank in the cycle of that read; ``hdl/scratchpad.py``).
   The hardware does not prevent it; a program does it only by racing a DMA transfer
@@ -39,9 +40,11 @@ class CheckedTile(Tile):
         with m.If(ctrl.kern_rd_en):
             m.d.comb += Assert(ctrl.slot_lock & (ctrl.locked_slot == ctrl.kern_rd_slot),
                                "a kernel fetch from a slot the host may write")
-        with m.If(spad.dma.en):
-            m.d.comb += Assert(~spad.dma.fault,
-                               "the DMA engine presents an access outside its partition")
+        for name in spad.PORTS:
+            port = getattr(spad, name)
+            with m.If(port.en):
+                m.d.comb += Assert(~port.fault, f"scratchpad port {name}: an access outside "
+                                                f"its partition")
         # A performed access is in the open partition, so equal offsets are one word
         # (the partition changes only at a CALL, when no access is in flight).
         ports = {name: getattr(spad, name) for name in spad.PORTS}

@@ -19,7 +19,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from fusetile.hdl.compute import ComputeCommand, ComputeUnit
@@ -53,6 +53,7 @@ class SpadModel(wiring.Component):
 
     ``stall_a`` / ``stall_b`` / ``stall_w``: an access stalls with probability
     ``rate / 16`` (pseudo-random); ``b`` also stalls when ``a`` reads the same bank.
+    ``limit``: the offsets inside partition ``open``, as :attr:`Scratchpad.limit`.
     """
 
     def __init__(self, config):
@@ -68,6 +69,8 @@ class SpadModel(wiring.Component):
             "stall_b": In(5),
             "stall_w": In(5),
             "abort": In(1),
+            "open": In(4),
+            "limit": Out(17),
         })
 
     def elaborate(self, platform):
@@ -76,6 +79,11 @@ class SpadModel(wiring.Component):
         m.submodules.mem = self.mem
         wp = self.mem.write_port()
         ports = {"a": self.mem.read_port(), "b": self.mem.read_port(), "w": None}
+
+        base, length = self.part_base[self.open], self.part_len[self.open]
+        room = Mux(base < cfg.spad_words, cfg.spad_words - base, 0)
+        m.d.comb += self.limit.eq(Mux(self.open < cfg.partitions,
+                                      Mux(length < room, length, room), 0))
 
         performed, bank = {}, {}
         for k, (name, rp) in enumerate(ports.items()):
@@ -124,6 +132,15 @@ class Harness(wiring.Component):
         for name in ("a", "b", "w"):
             wiring.connect(m, getattr(self.cu, name), getattr(self.spad, name))
         m.d.comb += self.spad.abort.eq(self.cu.abort)
+        # The tile opens a kernel's partition at CALL, before its commands: here each
+        # command's own partition is open from the cycle it is accepted.
+        cmd = self.cu.cmd
+        taken = cmd.valid & cmd.ready
+        held = Signal(4)
+        with m.If(taken):
+            m.d.sync += held.eq(cmd.payload.part)
+        m.d.comb += [self.spad.open.eq(Mux(taken, cmd.payload.part, held)),
+                     self.cu.limit.eq(self.spad.limit)]
         return m
 
 
