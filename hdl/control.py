@@ -28,7 +28,13 @@ class _State(enum.Enum):
 
 
 class ControlEvents(data.Struct):
-    """What the control unit did this cycle, for the performance counters."""
+    """What the control unit did this cycle, for the performance counters.
+
+    ``void`` cancels the retirements of its cycle (``plan_retired``, ``micro_retired``,
+    ``call_done``, ``inference``, ``branch``, ``spec_hit``): a fault or a miss abandons
+    it. The counters apply it after registering the events (``PerfCounters.void``),
+    so that the fault decision is not in front of every counter's increment.
+    """
     active:        1   #: a plan is running
     plan_retired:  1
     micro_retired: 1
@@ -45,6 +51,7 @@ class ControlEvents(data.Struct):
     spec_miss:     1   #: a guard failed: rolled back to the other bank
     spec_fault:    1   #: ... because of a fault inside the speculative region
     rollback:      1   #: a cycle between a failed guard and the fallback's first instruction
+    void:          1   #: a fault or a miss abandons this cycle: its retirements do not count
 
 
 class ControlUnit(wiring.Component):
@@ -793,12 +800,7 @@ class ControlUnit(wiring.Component):
             endpoints, step 33)."""
             m.d.comb += [
                 take_swap.eq(0),
-                self.events.inference.eq(0),
-                self.events.branch.eq(0),
-                self.events.micro_retired.eq(0),
-                self.events.plan_retired.eq(0),
-                self.events.call_done.eq(0),
-                self.events.spec_hit.eq(0),
+                self.events.void.eq(1),
                 issue_compute.eq(0),
                 self.staging_publish.eq(0),
                 self.trace_push.eq(self.in_kernel),

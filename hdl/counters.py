@@ -92,6 +92,8 @@ class PerfCounters(wiring.Component):
         Width of each counter's per-cycle increment (one width for all, or per name).
     immediate : iterable of str
         Names of counters kept in registers.
+    voidable : iterable of str
+        Names of counters (kept in the RAM) whose increments :attr:`void` cancels.
 
     Attributes
     ----------
@@ -99,6 +101,11 @@ class PerfCounters(wiring.Component):
         While high, no event is counted.
     clear : In(1)
         Zero every counter (wins over increments; works while frozen).
+    void : In(1)
+        The increments of this cycle of the ``voidable`` counters are not counted.
+        It is applied with ``freeze``, after the increments are registered: an event
+        may then be signalled before the decision that cancels it is made (the
+        control unit's events, before its fault decision: docs/fpga.md, step 33).
     read : In(CounterReadSignature(count=len(names)))
         Reads a counter; an index past the last counter reads 0.
     inc : dict of str to Signal
@@ -110,10 +117,11 @@ class PerfCounters(wiring.Component):
     ------
     ValueError
         If a name repeats, an increment width is not from 1 to 32 (or a mapping
-        misses or adds names), or ``immediate`` names a counter that does not exist.
+        misses or adds names), ``immediate`` names a counter that does not exist, or
+        ``voidable`` one that does not exist or is immediate.
     """
 
-    def __init__(self, names, *, inc_width=8, immediate=()):
+    def __init__(self, names, *, inc_width=8, immediate=(), voidable=()):
         names = list(names)
         if not names or len(set(names)) != len(names):
             raise ValueError(f"Counter names must be unique and at least one, not {names!r}")
@@ -130,14 +138,20 @@ class PerfCounters(wiring.Component):
         unknown = set(immediate) - set(names)
         if unknown:
             raise ValueError(f"immediate names counters that do not exist: {sorted(unknown)!r}")
+        wrong = set(voidable) - (set(names) - set(immediate))
+        if wrong:
+            raise ValueError(f"voidable names counters that do not exist or are immediate: "
+                             f"{sorted(wrong)!r}")
         self.names = names
         self.immediate = frozenset(immediate)
+        self.voidable = frozenset(voidable)
         self.inc = {n: Signal(widths[n], name=f"inc_{_ident(n)}") for n in names}
         self.value = {n: Signal(64, name=f"ctr_{_ident(n)}") for n in names
                       if n in self.immediate}
         super().__init__({
             "freeze": In(1),
             "clear":  In(1),
+            "void":   In(1),
             "read":   In(CounterReadSignature(count=len(names))),
         })
 
@@ -241,13 +255,17 @@ class PerfCounters(wiring.Component):
         # per-flag counters were the ULX3S build's worst path, step 32.)
         freeze_1 = Signal(name="freeze_1")
         clear_1 = Signal(name="clear_1")
-        m.d.sync += [freeze_1.eq(self.freeze), clear_1.eq(self.clear)]
+        void_1 = Signal(name="void_1")
+        m.d.sync += [freeze_1.eq(self.freeze), clear_1.eq(self.clear), void_1.eq(self.void)]
         for i, (n, p) in enumerate(zip(in_ram, pending)):
             raw = Signal.like(self.inc[n], name=f"raw_{_ident(n)}")
             staged = Signal.like(self.inc[n], name=f"staged_{_ident(n)}")
+            dropped = freeze_1 | clear_1 | self.clear
+            if n in self.voidable:
+                dropped = dropped | void_1
             m.d.sync += [
                 raw.eq(self.inc[n]),
-                staged.eq(Mux(freeze_1 | clear_1 | self.clear, 0, raw)),
+                staged.eq(Mux(dropped, 0, raw)),
             ]
             with m.If(self.clear):
                 m.d.sync += p.eq(0)

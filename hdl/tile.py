@@ -237,17 +237,16 @@ class Tile(wiring.Component):
         for i in range(INDEX_REGS):
             m.d.comb += f[f"INDEX[{i}]"]["value"].eq(ctrl.index[i])
 
-        # Partition and slot tables. The scratchpad opens the executing slot's
-        # partition (CALL sets the slot two cycles before the kernel's first access).
+        # Partition and slot tables. The scratchpad opens the executing kernel's
+        # partition, its slot's entry as CALL registered it (`kernel_part`, set with
+        # the slot two cycles before the kernel's first access; the slot table's
+        # entry selected by the slot was in front of the open partition's limit).
         # The entries a running kernel depends on cannot be rewritten under it: such
         # writes are refused like writes to an executing slot, the slot's from the
-        # CALL that reads it (as the kernel store's), the partition's from registers
-        # (the kernel's partition as CALL registered it, not the slot table's entry
-        # selected by the slot: that was in front of every PART field's enable).
-        executing_part = Signal(4)
+        # CALL that reads it (as the kernel store's), the partition's while the
+        # kernel runs.
         m.d.comb += [
-            executing_part.eq(ctrl.slot_part[ctrl.slot]),
-            spad.part.eq(executing_part),
+            spad.part.eq(ctrl.kernel_part),
             ctrl.part_limit.eq(spad.limit),
         ]
         for i in range(cfg.partitions):
@@ -325,9 +324,15 @@ class Tile(wiring.Component):
 
         names = csr.counter_names
         assert set(names) == set(increments)
+        # The retirements the control unit signals before its fault decision, which
+        # the counters apply (`ControlEvents.void`).
+        voidable = [n for n in names
+                    if n in ("PLAN_RETIRED", "MICRO_RETIRED", "KERNEL_CALLS", "INFERENCES",
+                             "SPEC_HITS") or n.startswith(("SLOT_CALLS[", "BRANCH_"))]
         m.submodules.counters = counters = PerfCounters(
             names, inc_width={n: len(Value.cast(increments[n])) for n in names},
-            immediate=["CYCLES"])
+            immediate=["CYCLES"], voidable=voidable)
+        m.d.comb += counters.void.eq(ev.void)
         wiring.connect(m, csr.counter_read, counters.read)
         m.d.comb += [
             counters.freeze.eq(f["PERF_CTRL"]["freeze"]),

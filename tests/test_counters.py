@@ -95,30 +95,33 @@ def test_index_past_the_last_reads_zero():
 
 def test_exact_under_reads_freeze_and_clear():
     """Many counters near their largest increment every cycle, reads back to back (the
-    scanner's slowest pace), random freezes and clears: every read lies between the
-    counts at its ``stb`` and its ``ack``, and a frozen set reads exactly."""
+    scanner's slowest pace), random freezes, clears and voids (of every third counter):
+    every read lies between the counts at its ``stb`` and its ``ack``, and a frozen set
+    reads exactly."""
     rng = random.Random(7)
     names = [f"E{i}" for i in range(20)] + ["CYCLES"]
     widths = {n: 1 + i % 5 for i, n in enumerate(names)}
-    dut = PerfCounters(names, inc_width=widths, immediate=["CYCLES"])
+    voidable = names[:-1:3]
+    dut = PerfCounters(names, inc_width=widths, immediate=["CYCLES"], voidable=voidable)
 
     async def bench(ctx):
         counts = dict.fromkeys(names, 0)     # what each counter should hold now
         incs = dict.fromkeys(names, 0)
-        control = {"freeze": 0, "clear": 0, "clears": 0}
+        control = {"freeze": 0, "clear": 0, "clears": 0, "void": 0}
 
         async def cycle():
             await ctx.tick()
             for n in names:
                 if control["clear"]:
                     counts[n] = 0
-                elif not control["freeze"]:
+                elif not control["freeze"] and not (control["void"] and n in voidable):
                     counts[n] += incs[n]
             control["clears"] += control["clear"]
             control["clear"] = 0
             ctx.set(dut.clear, 0)
 
         latencies = set()
+        voids = 0
         for step in range(300):
             for n in names:
                 top = (1 << widths[n]) - 1
@@ -126,8 +129,11 @@ def test_exact_under_reads_freeze_and_clear():
                 ctx.set(dut.inc[n], incs[n])
             control["freeze"] = rng.random() < 0.1
             control["clear"] = rng.random() < 0.02
+            control["void"] = rng.random() < 0.2
+            voids += control["void"]
             ctx.set(dut.freeze, control["freeze"])
             ctx.set(dut.clear, control["clear"])
+            ctx.set(dut.void, control["void"])
             name = rng.choice(names)
             before, clears = counts[name], control["clears"]
             ctx.set(dut.read.stb, 1)
@@ -149,6 +155,7 @@ def test_exact_under_reads_freeze_and_clear():
         await cycle()
         assert await read_all(ctx, dut, names) == [counts[n] for n in names]
         assert all(counts[n] > 0 for n in names)
+        assert voids > 20
 
     run(dut, bench)
 
@@ -199,3 +206,9 @@ def test_inc_width_checked():
 def test_immediate_names_checked():
     raises_in_constructor(ValueError, r"immediate names counters that do not exist: \['B'\]",
                           PerfCounters, ["A"], immediate=["B"])
+
+
+def test_voidable_names_checked():
+    raises_in_constructor(ValueError, r"voidable names counters that do not exist or are "
+                          r"immediate: \['B', 'C'\]",
+                          PerfCounters, ["A", "C"], immediate=["C"], voidable=["A", "B", "C"])
