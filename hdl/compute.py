@@ -149,8 +149,9 @@ class ComputeUnit(wiring.Component):
     write; the MAC array is aborted too: ACC keeps the steps already added and the one
     being added), clears the fault and makes the unit idle; results still in the vector
     pipelines are discarded, so a command may be accepted the next cycle. A command
-    accepted in the cycle of an ``abort`` is dropped with it; only a VCFG's register is
-    written by then (``ready`` does not wait for ``abort``).
+    accepted in the cycle of an ``abort`` is dropped with it, a VCFG too (``ready`` does
+    not wait for ``abort``; in the tile the control unit issues a command whatever else
+    faults in its cycle, and the abort a cycle later drops it).
 
     *Ports.* ``a``, ``b`` and ``w`` use partition ``part`` of the command, which must be
     open in the scratchpad, ``limit`` its, from the cycle the command is accepted until
@@ -767,7 +768,8 @@ class ComputeUnit(wiring.Component):
                                            (VectorCfg.LO, regs.lo),
                                            (VectorCfg.HI, regs.hi)):
                             with m.Case(reg):
-                                m.d.sync += field.eq(value[:len(field)])
+                                with m.If(~self.abort):
+                                    m.d.sync += field.eq(value[:len(field)])
                         with m.Default():
                             self._illegal(m, stop, p)
                 with m.Default():

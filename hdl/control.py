@@ -793,15 +793,16 @@ class ControlUnit(wiring.Component):
         def abandon():
             """What a miss and a stop share: nothing this cycle retires or is issued,
             the units are aborted, staged stores are dropped, and a call cut short is
-            still traced, marked as faulted. A DMA command pushed in this cycle is
-            dropped with the queue the next (`dma_abort` flushes it before the engine
-            can take it): the push does not wait for the fault decision, which was in
-            front of the queue's write enable (104 of the ULX3S build's late
-            endpoints, step 33)."""
+            still traced, marked as faulted. A DMA command pushed or a compute command
+            issued in this cycle is dropped the next (`dma_abort` flushes the DMA queue
+            before the engine can take the command, and empties the compute command
+            register; the compute unit drops a command it takes during the abort): the
+            push and the issue do not wait for the fault decision, which was in front
+            of the DMA queue's write enable (104 of the ULX3S build's late endpoints)
+            and the compute command register's (its worst path at 79d786b; step 33)."""
             m.d.comb += [
                 take_swap.eq(0),
                 self.events.void.eq(1),
-                issue_compute.eq(0),
                 self.staging_publish.eq(0),
                 self.trace_push.eq(self.in_kernel),
                 record.faulted.eq(1),
