@@ -134,14 +134,14 @@ class ComputeUnit(wiring.Component):
       32 bits of the micro-instruction (``op``, two 0 bits, ``args``), ``fault_part`` 0.
     * PARTITION: the first access (in program order: for each output its inputs, then
       the output) outside the partition; ``fault_addr`` = its offset (offsets past
-      0xFFFF included), ``fault_part`` = ``part``. The unit makes the scratchpad's
-      partition test itself, as it sets a pointer (the offset against ``limit``,
-      registered with it), and presents no access that it finds outside: nothing it
-      decides waits for the scratchpad's ``fault``, which was in front of its
-      pointers, its step counters and its fault registers (step 33 of docs/fpga.md). Outputs before it are written (MATMUL
-      steps before it are in ACC), none after it; ACC_BIAS does not change ACC, a
-      per-channel REQUANT whose table faults writes nothing, VCMP / VARGMAX write no
-      register.
+      0xFFFF included), ``fault_part`` = ``part``. Outputs before it are written
+      (MATMUL steps before it are in ACC), none after it; ACC_BIAS does not change
+      ACC, a per-channel REQUANT whose table faults writes nothing, VCMP / VARGMAX
+      write no register. The unit makes the scratchpad's partition test itself, as it
+      sets a pointer (the offset against ``limit``, registered with it), and presents
+      no access that it finds outside: nothing it decides waits for the scratchpad's
+      ``fault``, which was in front of its pointers, its step counters and its fault
+      registers (step 33 of docs/fpga.md).
 
     ``fault`` stays high (``cmd.ready`` low) until ``abort``. ``abort`` drops the
     current command in that cycle (its scratchpad accesses of that cycle are cancelled
@@ -742,7 +742,8 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(1),
                         total.eq(Mux(pa.vcmp.reduce, word + 1, 1)),
-                        *start_at(base_a, ptr_a, a_out, pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
+                        *start_at(base_a, ptr_a, a_out,
+                                  pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
