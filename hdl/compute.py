@@ -28,14 +28,14 @@ stops. A write answered with ``stall`` (which the tile never does) squashes the 
 and restarts the operation from the output that was not written.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import MicroOp, MicroArgs, FaultCause, VectorCfg
 from .mac_array import MacArray
-from .scratchpad import SpadPortSignature
+from .scratchpad import SpadPortSignature, point as spad_point
 from .vector import VectorAlu, VectorOp, VectorRegs
 
 
@@ -336,10 +336,7 @@ class ComputeUnit(wiring.Component):
         squash = Signal()       # drop every step in flight (abort, fault, restart)
 
         def point(ptr, out, value):
-            """Set ``ptr`` to ``value`` and ``out`` to the scratchpad's partition test of
-            it (``limit`` is at most 2**16, so an offset past 16 bits is outside)."""
-            value = Value.cast(value)[:len(ptr)]
-            return [ptr.eq(value), out.eq(value >= self.limit)]
+            return spad_point(ptr, out, value, self.limit)
 
         # The opcode, decoded as the command is accepted (below): one flip-flop per
         # operation, so that the issue and data stages start from registers rather

@@ -29,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from ..kernels.isa import FaultCause
 from .gmem import GmemPortSignature
-from .scratchpad import SpadPortSignature
+from .scratchpad import SpadPortSignature, point
 
 
 __all__ = ["DmaCommand", "Dma"]
@@ -214,10 +214,7 @@ class Dma(wiring.Component):
             m.d.sync += [gaddr.eq(value), gmem_oob.eq(value >= cfg.gmem_words)]
 
         def set_saddr(value):
-            # The partition test likewise (the limit is at most 2**16, so an offset
-            # wider than the port's 16 bits is outside).
-            value = value[:len(saddr)]
-            m.d.sync += [saddr.eq(value), spad_oob.eq(value >= self.limit)]
+            m.d.sync += point(saddr, spad_oob, value, self.limit)     # the partition test
 
         def advance():
             m.d.sync += wvalid.eq(1)

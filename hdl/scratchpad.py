@@ -27,7 +27,7 @@ presents its access again.
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Module, Signal, Array, Cat, Mux
+from amaranth.hdl import Module, Signal, Array, Cat, Mux, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -35,7 +35,17 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 
 
-__all__ = ["SpadPortSignature", "Scratchpad"]
+__all__ = ["SpadPortSignature", "Scratchpad", "point"]
+
+
+def point(offset, outside, value, limit):
+    """Statements that set a unit's scratchpad ``offset`` register to ``value`` and
+    ``outside`` to the partition test of it against ``limit`` (:attr:`Scratchpad.limit`
+    of the open partition), registered with it: the units make the test as they set an
+    address, so that none of their decisions waits for the port's ``fault``. ``limit``
+    is at most 2**16, so an offset past the port's 16 bits is outside."""
+    value = Value.cast(value)[:len(offset)]
+    return [offset.eq(value), outside.eq(value >= limit)]
 
 
 def _check_config(config):

@@ -265,9 +265,9 @@ class Tile(wiring.Component):
         # -- refused writes -------------------------------------------------------------
         refused = Signal()
         m.d.comb += refused.eq(csr.refused | plans.refused | kernels.refused)
-        # Every slave answers one cycle after it sees an access, so the address of
-        # the access being refused is the one on the bus a cycle earlier (a master
-        # may already move on while it sees ERR).
+        # A slave refuses an access while the master still holds it, so the address
+        # of the access being refused is the one on the bus a cycle before the ERR (a
+        # master may already move on while it sees ERR).
         access_addr = Signal(32)
         refused_addr = Signal(32)
         with m.If(self.bus.cyc & self.bus.stb):
