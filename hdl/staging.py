@@ -21,8 +21,11 @@ class StagingBuffer(wiring.Component):
     While ``speculate`` is high, each write is appended to the buffer instead; a write
     that finds it full is dropped and raises ``overflow`` (the control unit treats that
     as a miss). ``publish`` drains the buffer into GMEM in order, one word every other
-    cycle, while ``draining`` is high; ``discard`` empties it. GMEM's DMA side reads or
-    writes in a cycle, not both, so a draining write waits while the DMA engine reads.
+    cycle, while ``draining`` is high; ``discard`` empties it. A drain reads an entry
+    before it writes it, so a discard the cycle after a publish (the control unit's
+    abort of a COMMIT that faults or misses) leaves GMEM as it was. GMEM's DMA side
+    reads or writes in a cycle, not both, so a draining write waits while the DMA
+    engine reads.
 
     Parameters
     ----------

@@ -61,3 +61,43 @@ def test_publish_waits_for_dma_reads():
     sim.run()
     assert [(a, d) for _, a, d in writes] == [(5, 0x55), (9, 0x99)]
     assert not {c for c, _, _ in writes} & set(reading)
+
+
+def test_discard_the_cycle_after_publish_writes_nothing():
+    """The control unit publishes at COMMIT whatever else its cycle decides, and a
+    fault or miss in that cycle discards the buffer a cycle later: no staged word
+    reaches GMEM, and the buffer is empty and idle after."""
+    dut = StagingBuffer(CONFIG)
+    writes = []
+
+    async def monitor(ctx):
+        async for _, _, we, waddr in ctx.tick().sample(dut.gmem.we, dut.gmem.waddr):
+            if we:
+                writes.append(waddr)
+
+    async def bench(ctx):
+        ctx.set(dut.speculate, 1)
+        for addr in (5, 9, 12):
+            ctx.set(dut.dma.waddr, addr)
+            ctx.set(dut.dma.wdata, addr * 3)
+            ctx.set(dut.dma.we, 1)
+            await ctx.tick()
+        ctx.set(dut.dma.we, 0)
+        ctx.set(dut.speculate, 0)
+        ctx.set(dut.publish, 1)
+        await ctx.tick()
+        ctx.set(dut.publish, 0)
+        ctx.set(dut.discard, 1)
+        assert ctx.get(dut.draining)
+        await ctx.tick()
+        ctx.set(dut.discard, 0)
+        await ctx.tick().repeat(6)
+        assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
+        assert not ctx.get(dut.overflow)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(monitor, background=True)
+    sim.add_testbench(bench)
+    sim.run()
+    assert writes == []
