@@ -25,6 +25,7 @@ class _State(enum.Enum):
     FAULT       = 5
     PUBLISH     = 6   # COMMIT hit: staged stores drain into GMEM
     PLAN_DECODE = 7   # from the instruction register: where it goes, whether legal
+    ROLLBACK    = 8   # a miss: the fallback's instruction is read (the other bank)
 
 
 class ControlEvents(data.Struct):
@@ -106,7 +107,8 @@ class ControlUnit(wiring.Component):
     slot_lock : Out(1)
     locked_slot : Out(4)
         Host writes to slot ``locked_slot`` must be refused while ``slot_lock`` is high:
-        the executing slot, and in a CALL's execution cycle the slot it calls. Every
+        the executing slot, and in a CALL's decode and execution cycles the slot it
+        calls (the decode tests the slot's entry, the execution reads it). Every
         kernel store read the control unit uses is of that slot, and both come from
         registers (no fetch or fault decision in front of the store's write enable).
     dma_push : Out(stream.Signature(QueuedDmaCommand))
@@ -272,7 +274,8 @@ class ControlUnit(wiring.Component):
         # The store read ports are addressed one cycle ahead: the cycle that decides
         # the next plan (micro) PC presents it, so the word is out of the block RAM in
         # the fetch cycle, which registers it. By default the plan store reads the
-        # instruction being executed; plan_goto, START and a miss present the next one.
+        # instruction being executed; plan_goto, START and ROLLBACK (the cycle after a
+        # miss) present the next one.
         # The kernel store is read by CALL (the first micro-instruction of the slot it
         # calls) and by MICRO_EXEC (the next one), and its address is that from
         # registers in every cycle (below, with micro_pc + 1): a cycle that stalls or
@@ -405,10 +408,12 @@ class ControlUnit(wiring.Component):
         # read meets a write of its word (`hdl/stores.py`). The plan fetches read the
         # active bank or, under `plan_lock_all`, either; the kernel fetches read the
         # executing slot, and a CALL's execution cycle the first micro-instruction of
-        # the slot it calls, whatever it then decides (a fault, a miss).
+        # the slot it calls, whatever it then decides (a fault, a miss). The slot's
+        # entry is locked from the CALL's decode, which tests it.
         calling = Signal()
         m.d.comb += [
-            calling.eq((state == _State.PLAN_EXEC) & (plan.op == PlanOp.CALL)),
+            calling.eq(((state == _State.PLAN_DECODE) | (state == _State.PLAN_EXEC)) &
+                       (plan.op == PlanOp.CALL)),
             self.slot_lock.eq(self.in_kernel | calling),
             self.locked_slot.eq(Mux(self.in_kernel, self.slot, plan.sel)),
         ]
@@ -446,6 +451,10 @@ class ControlUnit(wiring.Component):
                       for i in range(INDEX_REGS)]
         index_outside = [self.index[i] >= fetched.b for i in range(INDEX_REGS)]
         switched_past = a_past | Array(index_past)[fetched.sel[:2]]
+        # ... and so is the target: `a` plus every index register, selected after the
+        # adders (with the selection in front of the adder it was 14 of step 33's late
+        # endpoints, 11.5 ns into `goto`).
+        switched = Array(fetched.a + self.index[i] for i in range(INDEX_REGS))
         m.d.comb += fetched_outside.eq(next_past)
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
@@ -454,7 +463,7 @@ class ControlUnit(wiring.Component):
                 m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc)),
                              fetched_outside.eq(Mux(fetched_taken, a_past, next_past))]
             with m.Case(PlanOp.SWITCH):
-                m.d.comb += [fetched_target.eq(fetched.a + fetched_where),
+                m.d.comb += [fetched_target.eq(switched[fetched.sel[:2]]),
                              fetched_outside.eq(switched_past)]
         # Whether the instruction is illegal: an operand out of its range, or ASSUME,
         # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
@@ -486,8 +495,15 @@ class ControlUnit(wiring.Component):
         taken = Signal()            # BRANCH: the flag has the value that takes it
         goto = Signal(25)           # the plan PC the instruction goes to
         goto_outside = Signal()     # ... outside the plan bank
+        # CALL: the slot exists and is valid. Its entry is locked from here on (see
+        # `calling`), so the test holds in the execution cycle; made there, the
+        # selection of the slot's valid bit came first on the fault decision's path
+        # into the staging buffer and everything a fault abandons (step 33's worst).
+        slot_ok = Signal()
         with m.If(state == _State.PLAN_DECODE):
             m.d.sync += [
+                slot_ok.eq((fetched.sel < cfg.kernel_slots) &
+                           self.slot_valid.bit_select(fetched.sel, 1)),
                 illegal_plan.eq(fetched_illegal | cond_illegal),
                 where.eq(fetched_where),
                 where_outside.eq(Array(index_outside)[fetched.sel[:2]]),
@@ -586,6 +602,10 @@ class ControlUnit(wiring.Component):
             with m.Case(_State.PLAN_DECODE):
                 m.d.sync += state.eq(_State.PLAN_EXEC)
 
+            with m.Case(_State.ROLLBACK):
+                m.d.comb += [self.plan_rd_pc.eq(resume_pc), self.plan_rd_en.eq(1)]
+                m.d.sync += [self.plan_pc.eq(resume_pc), state.eq(_State.PLAN_FETCH)]
+
             with m.Case(_State.PLAN_EXEC):
                 with m.If(illegal_plan):
                     raise_fault(FaultCause.ILLEGAL_PLAN, plan_ir[:32])
@@ -632,9 +652,6 @@ class ControlUnit(wiring.Component):
                             with m.If(self.swap_pending | self.swap):
                                 m.d.comb += take_swap.eq(1)
                         with m.Case(PlanOp.CALL):
-                            slot_ok = Signal()
-                            m.d.comb += slot_ok.eq((plan.sel < cfg.kernel_slots) &
-                                                   self.slot_valid.bit_select(plan.sel, 1))
                             with m.If(~slot_ok):
                                 raise_fault(FaultCause.SLOT_INVALID, plan.sel)
                             with m.Else():
@@ -823,19 +840,18 @@ class ControlUnit(wiring.Component):
         m.d.sync += abort_units.eq(fault | miss)
         m.d.comb += [self.dma_abort.eq(abort_units), self.staging_discard.eq(abort_units)]
 
-        # A miss presents the fallback's address whether or not a stop wins (its fetch
-        # is then not used): the stop's decision stays off the plan store's address,
-        # which it was the last of on ad84542's routed worst path. (A miss happens only
-        # inside a speculative region, where both banks refuse host writes.)
-        with m.If(miss):
-            m.d.comb += [self.plan_rd_bank.eq(~self.exec_bank), self.plan_rd_pc.eq(resume_pc),
-                         self.plan_rd_en.eq(1)]
+        # A miss goes to the other bank and reads the fallback's instruction in the
+        # next cycle (ROLLBACK), from registers: the miss decision (the fault decision
+        # behind it) stays off the plan store's address and plan_pc's enable, which it
+        # was the last of on ad84542's routed worst path and on 64 of step 33's late
+        # endpoints. (A miss happens only inside a speculative region, where both banks
+        # refuse host writes.)
         with m.If(miss & ~stop):
             m.d.sync += [
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),
-                self.exec_bank.eq(~self.exec_bank), self.plan_pc.eq(resume_pc),
-                state.eq(_State.PLAN_FETCH),
+                self.exec_bank.eq(~self.exec_bank),
+                state.eq(_State.ROLLBACK),
             ]
             abandon()
             m.d.comb += [self.events.spec_miss.eq(1), self.events.rollback.eq(1)]
@@ -849,7 +865,9 @@ class ControlUnit(wiring.Component):
                 self.fault_cause.eq(fault_cause), self.fault_addr.eq(fault_addr),
                 self.fault_part.eq(fault_part), self.fault_bank.eq(self.exec_bank),
                 self.fault_in_kernel.eq(self.in_kernel), self.fault_slot.eq(self.slot),
-                self.fault_pc.eq(self.plan_pc), self.fault_upc.eq(self.micro_pc),
+                # (A rollback's plan_pc is the fallback's from its ROLLBACK cycle on.)
+                self.fault_pc.eq(Mux(state == _State.ROLLBACK, resume_pc, self.plan_pc)),
+                self.fault_upc.eq(self.micro_pc),
                 state.eq(_State.FAULT),
             ]
             abandon()

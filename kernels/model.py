@@ -212,8 +212,8 @@ class _Transfer:
 
 
 # Control unit states (as hdl/control.py's _State).
-_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH, _PLAN_DECODE = \
-    range(8)
+(_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH, _PLAN_DECODE,
+ _ROLLBACK) = range(9)
 
 #: Cycles a compute micro-instruction spends in the operand check (its two stages).
 _CHECK_CYCLES = 2
@@ -715,6 +715,9 @@ class TileModel:
         elif state == _PLAN_DECODE:
             tr["state"] = _PLAN_EXEC
 
+        elif state == _ROLLBACK:        # a miss's fallback is read from the other bank
+            tr["state"] = _PLAN_FETCH
+
         elif state == _PLAN_EXEC:
             bits = self.plans[self.exec_bank][self.plan_pc]
             op, f = decode_plan(bits)
@@ -908,7 +911,7 @@ class TileModel:
             self.in_kernel = 0
             self.exec_bank ^= 1
             self.plan_pc = self.resume_pc & 0xFFFF
-            self.state = _PLAN_FETCH
+            self.state = _ROLLBACK
             ev = ev.suppressed()
             ev.spec_miss = 1
             ev.spec_fault = int(spec_fault)
