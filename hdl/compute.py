@@ -158,8 +158,7 @@ class ComputeUnit(wiring.Component):
     it completes (``fault`` is then never raised). ``a.we`` and ``b.we`` are 0,
     ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``
     against ``b``: that would starve a step whose two reads meet in one bank);
-    ``rdata`` is used only in the second cycle after a performed read (the scratchpad's
-    read latency). ``w`` is expected never to stall; if
+    ``rdata`` is used only in the cycle after a performed read. ``w`` is expected never to stall; if
     it does, the operation restarts from the output that was not written (correct for
     every operation whose output does not overlap its inputs other than in place).
 
@@ -312,8 +311,8 @@ class ComputeUnit(wiring.Component):
         b_out = Signal()
         a_have = Signal()       # this step's `a` word was read (held in hold_a)
         b_have = Signal()
-        cap_a = Signal(2)       # a read performed 1 (2) cycles ago goes to the hold register
-        cap_b = Signal(2)
+        cap_a = Signal()        # a read performed last cycle goes to the hold register
+        cap_b = Signal()
         hold_a = Signal(word_bits, reset_less=True)     # datapath: no reset
         hold_b = Signal(word_bits, reset_less=True)
         rfault = Signal()       # a read faulted: issue stopped, pipeline draining
@@ -408,8 +407,8 @@ class ComputeUnit(wiring.Component):
         m.d.comb += mac.row.eq(idx)
 
         m.d.sync += [
-            cap_a.eq(Cat(a_performed & ~advance, cap_a[0])),
-            cap_b.eq(Cat(b_performed & ~advance, cap_b[0])),
+            cap_a.eq(a_performed & ~advance),
+            cap_b.eq(b_performed & ~advance),
             r_step.valid.eq(advance),
             r_step.hold_a.eq(a_have),
             r_step.hold_b.eq(b_have),
@@ -418,9 +417,9 @@ class ComputeUnit(wiring.Component):
             r_step.idx.eq(idx),
             d_step.eq(r_step),
         ]
-        with m.If(cap_a[1]):
+        with m.If(cap_a):
             m.d.sync += hold_a.eq(self.a.rdata)
-        with m.If(cap_b[1]):
+        with m.If(cap_b):
             m.d.sync += hold_b.eq(self.b.rdata)
 
         with m.If(advance):
@@ -460,18 +459,19 @@ class ComputeUnit(wiring.Component):
                 ]
 
         # -- read and data stages -----------------------------------------------------
-        # The scratchpad answers a step's words in its data stage, from registers: a
-        # block RAM's clock-to-output is half of a 100 MHz cycle, and the words fan out
-        # to the MAC array's operands, the vector unit and the operand buffer (the
-        # scratchpad registers each bank's word before a port selects it; this unit
-        # registered the selected word before, step 33). A held word stays in its hold
-        # register until the data stage has used it (the next step's read is captured
-        # three cycles after it issues, at the earliest).
+        # The words the scratchpad answers are registered before anything uses them: a
+        # block RAM's clock-to-output is half of a 100 MHz cycle, and its words fan
+        # out to the MAC array's operands, the vector unit and the operand buffer. A
+        # held word stays in its hold register until the data stage has used it (the
+        # next step's read is captured two cycles after it issues, at the earliest).
+        rdata_a = Signal(word_bits, reset_less=True)
+        rdata_b = Signal(word_bits, reset_less=True)
+        m.d.sync += [rdata_a.eq(self.a.rdata), rdata_b.eq(self.b.rdata)]
         word_a = Signal(word_bits)
         word_b = Signal(word_bits)
         m.d.comb += [
-            word_a.eq(Mux(d_step.hold_a, hold_a, self.a.rdata)),
-            word_b.eq(Mux(d_step.hold_b, hold_b, self.b.rdata)),
+            word_a.eq(Mux(d_step.hold_a, hold_a, rdata_a)),
+            word_b.eq(Mux(d_step.hold_b, hold_b, rdata_b)),
         ]
 
         # MAC array.

@@ -273,18 +273,15 @@ class ControlUnit(wiring.Component):
 
         # The store read ports are addressed one cycle ahead: the cycle that decides
         # the next plan (micro) PC presents it, so the word is out of the block RAM in
-        # the fetch cycle, which registers it. By default the plan store reads the
-        # instruction being executed; plan_goto, START and ROLLBACK (the cycle after a
-        # miss) present the next one.
+        # the fetch cycle, which registers it. Both addresses are from the state and
+        # registers in every cycle (the plan store's below, with the plan predecode).
         # The kernel store is read by CALL (the first micro-instruction of the slot it
-        # calls) and by MICRO_EXEC (the next one), and its address is that from
-        # registers in every cycle (below, with micro_pc + 1): a cycle that stalls or
+        # calls) and by MICRO_EXEC (the next one), with micro_pc + 1: a cycle that stalls or
         # faults does not use the word, and no decision is on the address. Only the
         # cycles that go on need the read (`plan_rd_en`, `kern_rd_en`): they are every
         # way into PLAN_FETCH and MICRO_FETCH, the states that use the word.
         m.d.comb += [
             self.plan_rd_bank.eq(self.exec_bank),
-            self.plan_rd_pc.eq(self.plan_pc),
             self.plan_lock_all.eq(self.running &
                                   (self.speculating | (self.exec_bank != self.active_bank))),
         ]
@@ -367,6 +364,7 @@ class ControlUnit(wiring.Component):
 
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
+        state = Signal(_State)
         # micro_pc + 1, kept in a register beside it rather than added: it addresses
         # the kernel store in MICRO_EXEC, and the adder in front of the fan-out to the
         # store's block RAMs made that the ULX3S build's most common late endpoint
@@ -377,10 +375,11 @@ class ControlUnit(wiring.Component):
         next_upc = Signal(16, init=1)
         m.d.comb += [self.kern_rd_slot.eq(self.locked_slot),
                      self.kern_rd_upc.eq(Mux(self.in_kernel, next_upc, 0))]
-        # Whether next_pc is past the bank, registered: RET and PUBLISH go there, and
-        # plan_pc has held still since the fetch of their CALL / COMMIT.
+        # next_pc and whether it is past the bank, registered: RET and PUBLISH go
+        # there, and plan_pc has held still since the fetch of their CALL / COMMIT.
+        next_q = Signal(16)
         next_outside = Signal()
-        m.d.sync += next_outside.eq(next_pc >= cfg.plan_depth)
+        m.d.sync += [next_q.eq(next_pc), next_outside.eq(next_pc >= cfg.plan_depth)]
 
         def plan_goto(pc, outside):
             # `outside`: pc is past the bank, worked out a cycle ahead. Targets are
@@ -391,8 +390,7 @@ class ControlUnit(wiring.Component):
                 raise_fault(FaultCause.PLAN_RANGE, target)
             with m.Else():
                 m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
-                m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_pc.eq(target),
-                             self.plan_rd_en.eq(1)]
+                m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_en.eq(1)]
 
         def micro_next():
             m.d.sync += [self.micro_pc.eq(next_upc), next_upc.eq(next_upc + 1),
@@ -401,8 +399,8 @@ class ControlUnit(wiring.Component):
             m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_en.eq(1)]
 
         # An explicit state register rather than m.FSM: faults and misses from any
-        # state are one override at the end instead of a check in every state.
-        state = Signal(_State)
+        # state are one override at the end instead of a check in every state. (It is
+        # declared above, with the plan store's address.)
 
         # The stores refuse host writes into what the control unit reads, so that no
         # read meets a write of its word (`hdl/stores.py`). The plan fetches read the
@@ -495,6 +493,22 @@ class ControlUnit(wiring.Component):
         taken = Signal()            # BRANCH: the flag has the value that takes it
         goto = Signal(25)           # the plan PC the instruction goes to
         goto_outside = Signal()     # ... outside the plan bank
+        # The plan store's read address, from the state and registers alone: every
+        # cycle that may go to PLAN_FETCH presents the instruction it would fetch
+        # (START the first, an instruction its target, ROLLBACK the fallback's, RET and
+        # PUBLISH the next), and the word is used only if it does. With the decisions
+        # (the fault and miss decision last) in front of it, the address was the worst
+        # path of step 34's first build (12.93 ns).
+        with m.Switch(state):
+            with m.Case(_State.IDLE):
+                m.d.comb += self.plan_rd_pc.eq(0)
+            with m.Case(_State.PLAN_EXEC):
+                m.d.comb += self.plan_rd_pc.eq(goto)
+            with m.Case(_State.ROLLBACK):
+                m.d.comb += self.plan_rd_pc.eq(resume_pc)
+            with m.Default():
+                m.d.comb += self.plan_rd_pc.eq(next_q)
+
         # CALL: the slot exists and is valid. Its entry is locked from here on (see
         # `calling`), so the test holds in the execution cycle; made there, the
         # selection of the slot's valid bit came first on the fault decision's path
@@ -580,7 +594,7 @@ class ControlUnit(wiring.Component):
 
         with m.Switch(state):
             with m.Case(_State.IDLE):
-                m.d.comb += [self.plan_rd_bank.eq(self.active_bank), self.plan_rd_pc.eq(0)]
+                m.d.comb += self.plan_rd_bank.eq(self.active_bank)
                 with m.If(self.swap_pending | self.swap):
                     m.d.comb += take_swap.eq(1)
                 with m.If(self.start):
@@ -603,7 +617,7 @@ class ControlUnit(wiring.Component):
                 m.d.sync += state.eq(_State.PLAN_EXEC)
 
             with m.Case(_State.ROLLBACK):
-                m.d.comb += [self.plan_rd_pc.eq(resume_pc), self.plan_rd_en.eq(1)]
+                m.d.comb += self.plan_rd_en.eq(1)
                 m.d.sync += [self.plan_pc.eq(resume_pc), state.eq(_State.PLAN_FETCH)]
 
             with m.Case(_State.PLAN_EXEC):
@@ -672,7 +686,7 @@ class ControlUnit(wiring.Component):
             with m.Case(_State.PUBLISH):
                 # The COMMIT retires once its stores are in GMEM.
                 with m.If(~self.staging_draining):
-                    plan_goto(next_pc, next_outside)
+                    plan_goto(next_q, next_outside)
 
             with m.Case(_State.MICRO_FETCH):
                 m.d.sync += micro_ir.eq(self.kern_rd_data)
@@ -767,7 +781,7 @@ class ControlUnit(wiring.Component):
                                 self.events.call_done.eq(1),
                                 self.trace_push.eq(1),
                             ]
-                            plan_goto(next_pc, next_outside)
+                            plan_goto(next_q, next_outside)
                     with m.Default():
                         raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
 

@@ -213,8 +213,9 @@ class PerfCounters(wiring.Component):
         s1_flush, s2_flush = Signal(), Signal()
         s1_read, s2_read = Signal(), Signal()
         s1_stale = Signal()
-        s1_pend = Signal(max(len(p) for p in pending))
-        s2_pend = Signal.like(s1_pend)
+        s1_pend_req = Signal(max(len(p) for p in pending))
+        s1_pend_scan = Signal.like(s1_pend_req)
+        s2_pend = Signal.like(s1_pend_req)
         s2_word = Signal(64)
 
         in_flight = ((s1_flush & (s1_slot == req_slot)) | (s2_flush & (s2_slot == req_slot)))
@@ -229,9 +230,11 @@ class PerfCounters(wiring.Component):
             slot.eq(Mux(reading, req_slot, scan)),
             rp.addr.eq(slot),
         ]
-        # The pending count and stale bit of both candidates, each selected by a
-        # register, then one of them by `reading`: selected by `slot`, the whole
-        # multiplexer came after the request's test.
+        # The pending count of both candidates, each selected by a register and
+        # registered, one of them taken by `s1_read` the cycle after: selected by
+        # `slot`, the whole multiplexer came after the request's test, and with
+        # `reading` after the two selections it was still 10 of step 34's late
+        # endpoints.
         pend_of = Array(pending + [Const(0)] * (slots - len(pending)))
         m.d.sync += [
             s1_slot.eq(slot),
@@ -239,7 +242,8 @@ class PerfCounters(wiring.Component):
             s1_read.eq(reading),
             s1_stale.eq(Mux(reading, stale.bit_select(req_slot, 1),
                             stale.bit_select(scan, 1))),
-            s1_pend.eq(Mux(reading, pend_of[req_slot], pend_of[scan])),
+            s1_pend_req.eq(pend_of[req_slot]),
+            s1_pend_scan.eq(pend_of[scan]),
             last_read.eq(reading),
         ]
         with m.If(reading):
@@ -283,7 +287,7 @@ class PerfCounters(wiring.Component):
             s2_flush.eq(s1_flush),
             s2_read.eq(s1_read),
             s2_word.eq(Mux(s1_stale, 0, rp.data)),
-            s2_pend.eq(s1_pend),
+            s2_pend.eq(Mux(s1_read, s1_pend_req, s1_pend_scan)),
         ]
         total = Signal(64)
         m.d.comb += [

@@ -30,13 +30,15 @@ class CsrBank(wiring.Component):
     The bank takes the registers and counters of ``memory_map`` that lie in the CSR
     window ``[0, 4 << addr_width)`` bytes (other entries, such as memory windows, are
     ignored). Every access is answered with exactly one of ``ack`` or ``err``, one cycle
-    after it is seen, but a register read or a whole-word write to a writable register
-    two cycles after (a counter's low word: one cycle after the counters answer):
+    after it is seen, but a whole-word write to a writable register two cycles after,
+    a register read three (a counter's low word: one cycle after the counters answer):
 
     * a read of a register ACKs with its value (W1 fields read as 0): the cycle the
-      access is seen registers which register it is, the next one registers its value
-      (the address decode and the multiplexer over every register, one after the
-      other, were the ULX3S build's routed worst path, step 28 of docs/fpga.md);
+      access is seen registers which register it is, the next one its value among
+      each group of :attr:`READ_GROUP` registers, the third the group's (the address
+      decode and the multiplexer over every register, one after the other, were the
+      ULX3S build's routed worst path, step 28 of docs/fpga.md; the multiplexer alone
+      was 19 of step 34's late endpoints);
     * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter and
       ACKs with bits [31:0] of its value the cycle after the answer, latching bits
       [63:32] into a shadow register shared by all counters; a read of a ``_HI`` word
@@ -45,8 +47,8 @@ class CsrBank(wiring.Component):
       the register has a writable field, ``sel`` is ``0b1111`` and the register's
       :attr:`refuse` signal is low in the cycle of the answer; a refused write is
       answered with ERR, leaves the register unchanged and pulses :attr:`refused`.
-      Either answer comes two cycles after the access is seen, as a register read's
-      does: the first cycle registers which register it is, the second writes it or
+      Either answer comes two cycles after the access is seen: the first cycle
+      registers which register it is, the second writes it or
       refuses it (the address decode and the refusal in front of the enables of every
       field, one after the other, were 220 of the ULX3S build's late endpoints,
       step 33);
@@ -73,7 +75,7 @@ class CsrBank(wiring.Component):
         the ACK.
     read_strobe : dict of str to Signal
         For registers with ``read_strobe=True``: ``Signal(1)``, high in the cycle the
-        read is answered. The data was taken in the cycle before, so a FIFO popped on
+        read is answered. The data was taken in the cycles before, so a FIFO popped on
         the strobe returns its head as it was before the pop.
     refuse : dict of str to Signal
         For registers with a writable field: ``Signal(1)``, driven by the parent; a
@@ -92,6 +94,9 @@ class CsrBank(wiring.Component):
     ValueError
         If the CSR window holds a memory window, or no register or counter.
     """
+
+    #: Registers per group of the read multiplexer's first stage (a power of two).
+    READ_GROUP = 8
 
     def __init__(self, memory_map, *, addr_width=10):
         if not isinstance(memory_map, MemoryMap):
@@ -163,14 +168,25 @@ class CsrBank(wiring.Component):
         def answer_read(value):
             m.d.sync += [bus.dat_r.eq(value), bus.ack.eq(1)]
 
-        # A read of a register (or of the counters' shadow) names it in `read_sel` and
-        # is answered from there a cycle later.
+        # A read of a register (or of the counters' shadow) names it in `read_sel`; the
+        # next cycle registers its value in each group of READ_GROUP registers
+        # (`grouped`), the one after answers with its group's.
         values = [self._read_value(entry.item) for entry in self._registers] + [shadow]
-        reading = Signal()
+        n = self.READ_GROUP
+        groups = [values[i:i + n] for i in range(0, len(values), n)]
+        reading = Signal()          # read_sel names the register read
+        answering = Signal()        # `grouped` holds its value
         read_sel = Signal(range(len(values)))
+        in_group = read_sel[:(n - 1).bit_length()]
+        grouped = [Signal(32, name=f"read_group{k}") for k in range(len(groups))]
+        which = Signal(range(len(groups)))
+        m.d.sync += [reading.eq(0), answering.eq(reading)]
         with m.If(reading):
-            m.d.sync += reading.eq(0)
-            answer_read(Array(values)[read_sel])
+            m.d.sync += which.eq(read_sel >> (n - 1).bit_length())
+            for value, group in zip(grouped, groups):
+                m.d.sync += value.eq(Array(group + [C(0, 32)] * (n - len(group)))[in_group])
+        with m.If(answering):
+            answer_read(Array(grouped)[which])
             for i, entry in enumerate(self._registers):
                 if entry.item.read_strobe:
                     m.d.sync += self.read_strobe[entry.item.name].eq(read_sel == i)
@@ -207,7 +223,8 @@ class CsrBank(wiring.Component):
                 answer_read(ctr.data[:32])
                 m.d.sync += [shadow.eq(ctr.data[32:]), counting.eq(0)]
 
-        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting & ~reading & ~writing):
+        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting & ~reading & ~answering &
+                  ~writing):
             with m.Switch(bus.adr):
                 for index, entry in enumerate(self._registers):
                     reg = entry.item

@@ -176,13 +176,14 @@ class Dma(wiring.Component):
         held = Signal(cfg.word_bits, reset_less=True)
         from_held = Signal()
 
-        # A store's GMEM write stage, two cycles after the scratchpad's word is read:
-        # the scratchpad answers then, from a register (from its block RAM to GMEM's
+        # A store's GMEM write stage, a cycle after the scratchpad's word is read: the
+        # word is registered first (`sword`). From the scratchpad's block RAM to GMEM's
         # and the staging buffer's write data in one cycle was 120 of the ULX3S
-        # build's late endpoints, step 32). A fault found by the issue stage waits
+        # build's late endpoints (step 32). A fault found by the issue stage waits
         # (`pend_*`) until the words before it are written.
         w2valid = Signal()
         w2_gaddr = Signal(_ADDR_BITS)
+        sword = Signal(cfg.word_bits, reset_less=True)
         pend = Signal()
         pend_cause = Signal(FaultCause)
         pend_addr = Signal(_ADDR_BITS)
@@ -305,12 +306,12 @@ class Dma(wiring.Component):
                 m.d.sync += running.eq(0)       # the last word is written this cycle
 
         with m.Else():
-            # Store: issue (the scratchpad read), a cycle for the scratchpad's block RAM
-            # (`wvalid`), then the GMEM write of the word it answers (`w2valid`). The
-            # words behind the issue stage have been checked: they always complete.
+            # Store: issue (the scratchpad read), then the word registered (`wvalid`),
+            # then the GMEM write (`w2valid`). The words behind the issue stage have
+            # been checked: they always complete.
             m.d.comb += [
                 self.gmem.waddr.eq(w2_gaddr),
-                self.gmem.wdata.eq(self.spad.rdata),
+                self.gmem.wdata.eq(sword),
                 self.gmem.we.eq(w2valid),
                 self.word_out.eq(w2valid),
                 self.spad.offset.eq(saddr),
@@ -320,6 +321,7 @@ class Dma(wiring.Component):
                 wvalid.eq(0),
                 w2valid.eq(wvalid),
                 w2_gaddr.eq(w_gaddr),
+                sword.eq(self.spad.rdata),
             ]
             with m.If(issuing):
                 m.d.comb += self.spad.en.eq(~gmem_oob & ~spad_oob)

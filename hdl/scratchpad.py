@@ -81,8 +81,7 @@ class SpadPortSignature(wiring.Signature):
         The access is a write of ``wdata`` (else a read).
     wdata : Out(word_bits)
     rdata : In(word_bits)
-        Word read; valid the second cycle after a performed read (not held
-        afterwards).
+        Word read; valid the cycle after a performed read (not held afterwards).
     fault : In(1)
         Combinational, in the cycle of ``en``: the access is outside its partition
         (``part`` is not the open partition, ``offset >= length``, ``part >=
@@ -138,9 +137,7 @@ class Scratchpad(wiring.Component):
     are above another, and the control unit's operand check keeps their accesses
     inside the partition.)
 
-    Every port has a read latency of 2 cycles: the block RAM answers a cycle after
-    the read, and its word is registered before a port's multiplexer picks it (the
-    port's word comes from a flip-flop). A write is *posted*: the cycle it is
+    Every port has a read latency of 1 cycle. A write is *posted*: the cycle it is
     performed registers it, and it reaches its bank at the end of the next cycle. A
     read of the word in that next cycle returns the old word in simulation and an
     undefined one built for an FPGA (the bitstream builds declare the banks'
@@ -371,25 +368,13 @@ class Scratchpad(wiring.Component):
             for wp, rp in mems:
                 m.d.comb += rp.en.eq(0)
 
-        # Each bank's word is registered as it comes out of the block RAM, and a port
-        # selects among the registers: its word the second cycle after the read. The
-        # bank selection came after the block RAM's clock-to-output (half of a 100 MHz
-        # cycle) on the way into every unit's word register, 68 of step 33's late
-        # endpoints; the units no longer register the word themselves.
-        words = []
-        for b, (_, rp) in enumerate(mems):
-            word = Signal.like(rp.data, name=f"bank{b}_word", reset_less=True)
-            m.d.sync += word.eq(rp.data)
-            words.append(word)
         for req in reqs:
-            # A bank's word is only valid the cycle after the read, and the next read
-            # (by any port) replaces it: each port follows the bank it last read.
+            # A bank's read data is only valid the cycle after the read, and the next
+            # read (by any port) replaces it: each port follows the bank it last read.
             read_bank = Signal(range(cfg.spad_banks), name=f"{req.name}_read_bank")
-            word_bank = Signal(range(cfg.spad_banks), name=f"{req.name}_word_bank")
             with m.If(req.rd_grant):
                 m.d.sync += read_bank.eq(req.bank)
-            m.d.sync += word_bank.eq(read_bank)
-            m.d.comb += req.port.rdata.eq(Array(words)[word_bank])
+            m.d.comb += req.port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
 
         m.d.comb += [
             self.bank_reads.eq(Cat(rp.en for _, rp in mems)),

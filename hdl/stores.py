@@ -10,10 +10,12 @@ control unit's, in the cycles the control unit does not read (``rd_en`` low): a 
 RAM with one read port then holds the store, half the iCE40 block RAMs of two.
 
 No read the control unit uses meets a host write of its word: the writes refused by
-policy cover everything it reads, when it reads it (the active plan bank, or both
-while ``lock_all``; the kernel slot ``locked_slot`` while ``lock``, which the control
-unit sets from registers for the slot it executes and the one a CALL fetches from),
-and the host's own read never shares a cycle with its write. The bitstream builds rely
+policy cover everything it reads, when it reads it and in the cycle before, in which
+a write that lands with the read would have been decided (host writes are posted: the
+active plan bank, or both while ``lock_all``; the kernel slot ``locked_slot`` while
+``lock``, which the control unit sets from registers for the slot it executes and
+from the decode of a CALL for the slot it fetches from), and the host's own read
+never shares a cycle with its write. The bitstream builds rely
 on it: they tell Yosys that such a collision may read anything
 (``fusetile.host.fpga.UNDEFINED_COLLISIONS``), which spares the logic that would make
 it read the old word, on the path out of the block RAM. (A port that reads every
@@ -82,7 +84,8 @@ class _StoreBase(wiring.Component):
         # the block RAM through the bus's read multiplexers into the bridge was the
         # worst path of a ULX3S build (step 32).
         reading = Signal()      # the read's word comes out of the memory this cycle
-        access = bus.cyc & bus.stb & ~answered & ~reading
+        addressing = Signal()   # (own read port) the read's address is presented
+        access = bus.cyc & bus.stb & ~answered & ~reading & ~addressing
         # Regions are powers of two long, so the instruction index never exceeds the
         # depth; only the region number can be out of range (kernel_slots not a
         # power of two).
@@ -91,13 +94,27 @@ class _StoreBase(wiring.Component):
         write = access & bus.we
         write_ok = write & in_range & (bus.sel == 0xF) & ~refuse(unit)
 
+        # The host's write is posted: the cycle that decides it registers it, and it
+        # reaches the memory in the next, from registers (the bus's decode and the
+        # refusal in front of every block RAM's write enable were 30 of step 34's late
+        # endpoints, 14.3 ns). The refusals hold for that cycle too: the control unit
+        # locks what it reads a cycle before it reads it (the called slot from the
+        # CALL's decode; the banks while it runs) and the host cannot swap the banks
+        # or start a run before its write has landed.
+        host_addr = Signal.like(mem_addr, name="host_addr", reset_less=True)
+        host_data = Signal(instr_bits, name="host_data", reset_less=True)
+        host_we = Signal(window.instr_words, name="host_we")
+        m.d.sync += [
+            host_addr.eq(mem_addr),
+            host_data.eq(Cat(bus.dat_w for _ in range(window.instr_words))),
+            host_we.eq(Mux(write_ok, 1 << word, 0)),
+        ]
         m.d.comb += [
-            host_w.addr.eq(mem_addr),
-            host_w.data.eq(Cat(bus.dat_w for _ in range(window.instr_words))),
+            host_w.addr.eq(host_addr),
+            host_w.data.eq(host_data),
+            host_w.en.eq(host_we),
             rd_data.eq(ctrl_r.data),
         ]
-        with m.If(write_ok):
-            m.d.comb += host_w.en.eq(1 << word)
 
         host_read = access & ~bus.we & in_range
         if self.shared_read:
@@ -110,21 +127,27 @@ class _StoreBase(wiring.Component):
                 ctrl_r.en.eq(rd_en | host_read),
             ]
         else:
-            # The host's read port reads in every cycle (its `en` is left at 1), and
-            # `reading` takes the word the cycle after the access: an enable from the
-            # bus drove every block RAM of the kernel store (7 ns of wire on the ULX3S
-            # build; step 33).
+            # Both read ports read in every cycle (their `en` is left at 1): the control
+            # unit uses a word only the cycle after `rd_en`, and `reading` takes the
+            # host's two cycles after the access, which the host's port reads at the
+            # posted write's address register (one read-write port: the memory keeps
+            # two ports). Enables from the bus and from the control unit's decisions
+            # drove every block RAM of the stores (7 ns of wire on the ULX3S build;
+            # step 33).
             m.d.comb += [
-                host_r.addr.eq(mem_addr),
+                host_r.addr.eq(host_addr),
                 ctrl_r.addr.eq(rd_addr),
-                ctrl_r.en.eq(rd_en),
             ]
 
         ok = Mux(bus.we, write_ok, in_range)
+        read = access & ~bus.we & ok
+        if self.shared_read:
+            m.d.sync += reading.eq(read)
+        else:
+            m.d.sync += [addressing.eq(read), reading.eq(addressing)]
         m.d.sync += [
             bus.ack.eq(access & bus.we & ok | reading),
             bus.err.eq(access & ~ok),
-            reading.eq(access & ~bus.we & ok),
             # Only writes that are in range, whole-word, and refused by policy count:
             # malformed accesses are plain bus errors.
             self.refused.eq(write & in_range & (bus.sel == 0xF) & refuse(unit)),
@@ -146,8 +169,9 @@ class PlanStore(_StoreBase):
     Writes with ``sel != 0xF``, and writes to the active bank, are answered with ERR
     and leave the memory unchanged; the latter also pulse ``refused`` (in the cycle
     of the ERR). Every write and every ERR is answered one cycle after ``stb`` is
-    seen, a read two (its word registered), a read with ``shared_read`` two after
-    the cycle it gets the port (it waits while ``rd_en`` is high).
+    seen (a write reaches the memory in the cycle of its answer), a read three (its
+    word registered), a read with ``shared_read`` two after the cycle it gets the
+    port (it waits while ``rd_en`` is high).
 
     Parameters
     ----------
@@ -226,9 +250,10 @@ class KernelStore(_StoreBase):
     time. Accesses to slots ``>= kernel_slots`` and writes with ``sel != 0xF`` are
     answered with ERR; while ``lock`` is high, writes to slot ``locked_slot`` are
     answered with ERR, leave the memory unchanged and pulse ``refused``. Every write
-    and every ERR is answered one cycle after ``stb`` is seen, a read two (its word
-    registered), a read with ``shared_read`` two after the cycle it gets the port (it
-    waits while ``rd_en`` is high).
+    and every ERR is answered one cycle after ``stb`` is seen (a write reaches the
+    memory in the cycle of its answer), a read three (its word registered), a read
+    with ``shared_read`` two after the cycle it gets the port (it waits while
+    ``rd_en`` is high).
 
     Parameters
     ----------

@@ -8,7 +8,8 @@ programs simulate this tile, which fails the simulation at the first cycle that 
 the contract:
 
 * the instruction stores: a read the control unit uses (``*_rd_en``) is of a bank or
-  slot whose host writes the store refuses in that cycle (``hdl/stores.py``);
+  slot whose host writes the store refuses in that cycle and in the one before (a
+  host write is posted: it lands the cycle after it is decided; ``hdl/stores.py``);
 * the units' own partition tests (``hdl/dma.py``, ``hdl/compute.py``) agree with the
   scratchpad's: no unit presents an access that the scratchpad finds outside the
   partition;
@@ -34,12 +35,23 @@ class CheckedTile(Tile):
         m = super().elaborate(platform)
         ctrl = m.submodules.control
         spad = m.submodules.spad
+        # The locks as they were in the cycle before, when a host write that lands
+        # with a fetch was decided.
+        active_bank_1 = Signal(name="active_bank_1")
+        plan_lock_all_1 = Signal(name="plan_lock_all_1")
+        slot_lock_1 = Signal(name="slot_lock_1")
+        locked_slot_1 = Signal(4, name="locked_slot_1")
+        m.d.sync += [active_bank_1.eq(ctrl.active_bank), plan_lock_all_1.eq(ctrl.plan_lock_all),
+                     slot_lock_1.eq(ctrl.slot_lock), locked_slot_1.eq(ctrl.locked_slot)]
         with m.If(ctrl.plan_rd_en):
-            m.d.comb += Assert((ctrl.plan_rd_bank == ctrl.active_bank) | ctrl.plan_lock_all,
-                               "a plan fetch from a bank the host may write")
+            for bank, lock_all in ((ctrl.active_bank, ctrl.plan_lock_all),
+                                   (active_bank_1, plan_lock_all_1)):
+                m.d.comb += Assert((ctrl.plan_rd_bank == bank) | lock_all,
+                                   "a plan fetch from a bank the host may write")
         with m.If(ctrl.kern_rd_en):
-            m.d.comb += Assert(ctrl.slot_lock & (ctrl.locked_slot == ctrl.kern_rd_slot),
-                               "a kernel fetch from a slot the host may write")
+            for lock, slot in ((ctrl.slot_lock, ctrl.locked_slot), (slot_lock_1, locked_slot_1)):
+                m.d.comb += Assert(lock & (slot == ctrl.kern_rd_slot),
+                                   "a kernel fetch from a slot the host may write")
         for name in spad.PORTS:
             port = getattr(spad, name)
             with m.If(port.en):

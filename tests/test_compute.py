@@ -110,13 +110,11 @@ class SpadModel(wiring.Component):
                              wp.en.eq(performed[name] & port.we)]
             else:
                 read = performed[name] & ~port.we
-                was_read = Signal(2, name=f"{name}_was_read")
-                answer = Signal.like(rp.data, name=f"{name}_answer")
-                m.d.sync += [was_read.eq(Cat(read, was_read[0])), answer.eq(rp.data)]
+                was_read = Signal(name=f"{name}_was_read")
+                m.d.sync += was_read.eq(read)
                 m.d.comb += [rp.addr.eq(word), rp.en.eq(read)]
-                # rdata is garbage except in the second cycle after a performed read
-                # (the scratchpad's read latency).
-                m.d.comb += port.rdata.eq(Mux(was_read[1], answer,
+                # rdata is garbage except in the cycle after a performed read.
+                m.d.comb += port.rdata.eq(Mux(was_read, rp.data,
                                               Cat(lfsr, lfsr, lfsr, lfsr) ^ 0x5A5A))
         return m
 

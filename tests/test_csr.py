@@ -379,3 +379,41 @@ def test_behind_decoder():
 def test_converts_to_verilog():
     text = verilog.convert(_TileLike(), name="csr_top")
     assert "module csr_top" in text
+
+
+def test_answer_latency():
+    """A register write is answered two cycles after it is seen, a read three (the
+    read's value is selected within its group of registers, then among the groups)."""
+    bank = CsrBank(MM)
+
+    async def answered_after(ctx, addr, we, data=0):
+        bus = bank.bus
+        ctx.set(bus.adr, addr)
+        ctx.set(bus.we, we)
+        ctx.set(bus.dat_w, data)
+        ctx.set(bus.sel, 0b1111)
+        ctx.set(bus.cyc, 1)
+        ctx.set(bus.stb, 1)
+        cycles = 0
+        while not (ctx.get(bus.ack) or ctx.get(bus.err)):
+            await ctx.tick()
+            cycles += 1
+        value, ok = ctx.get(bus.dat_r), ctx.get(bus.ack)
+        ctx.set(bus.cyc, 0)
+        ctx.set(bus.stb, 0)
+        await ctx.tick()
+        return cycles, value, ok
+
+    async def bench(ctx):
+        await ctx.tick()
+        # Every register of the map, so that each group of the multiplexer answers.
+        registers = [e for e in MM.registers() if e.item.name in bank.fields]
+        assert len(registers) > 2 * CsrBank.READ_GROUP
+        for entry in registers:
+            cycles, _, ok = await answered_after(ctx, entry.addr // 4, 0)
+            assert (cycles, ok) == (3, 1), entry.item.name
+        pattern = reg("WATCHDOG").pack(limit=0x1234)
+        assert await answered_after(ctx, word("WATCHDOG"), 1, pattern) == (2, 0, 1)
+        assert await answered_after(ctx, word("WATCHDOG"), 0) == (3, pattern, 1)
+
+    run(bank, bench)

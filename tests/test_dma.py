@@ -231,7 +231,6 @@ async def spad_access(ctx, h, offset, data=None):
     ctx.set(port.en, 1)
     await ctx.tick()
     ctx.set(port.en, 0)
-    await ctx.tick()                    # the scratchpad's read latency: 2 cycles
     return ctx.get(port.rdata)
 
 

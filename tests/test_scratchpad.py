@@ -31,26 +31,6 @@ async def set_table(ctx, dut, table, part=0):
     await ctx.tick().repeat(3)
 
 
-class Answers:
-    """Reads whose words are checked when the scratchpad answers them, two cycles
-    after the read (its read latency): ``await answers.tick((port, word), ...)`` ends
-    the cycle of those reads."""
-
-    def __init__(self, ctx):
-        self.ctx = ctx
-        self.due = [[]]
-
-    async def tick(self, *reads):
-        self.due.append(list(reads))
-        await self.ctx.tick()
-        for port, word in self.due.pop(0):
-            assert self.ctx.get(port.rdata) == word
-
-    async def flush(self):
-        while any(self.due):
-            await self.tick()
-
-
 async def open_part(ctx, dut, part):
     """Open ``part`` (from the next cycle on) unless it is open."""
     if ctx.get(dut.part) != part:
@@ -72,7 +52,6 @@ async def access(ctx, dut, part, offset, data=None):
     pulses = (ctx.get(dut.bank_reads), ctx.get(dut.bank_writes))
     await ctx.tick()
     ctx.set(port.en, 0)
-    await ctx.tick()                    # the read latency: 2 cycles
     return fault, pulses, ctx.get(port.rdata)
 
 
@@ -252,12 +231,12 @@ def test_one_partition_open_registered():
         ctx.set(dut.part_base[0], 16)
         present(ctx, dut.dma, 0, 3)
         await ctx.tick()
-        await ctx.tick()
         assert ctx.get(dut.dma.rdata) != 0x33       # word 3, as the table was
+        await ctx.tick()
+        assert ctx.get(dut.dma.rdata) == 0x33       # word 19
         # A new length is checked two cycles later.
         ctx.set(dut.part_len[0], 3)
         await ctx.tick()
-        assert ctx.get(dut.dma.rdata) == 0x33       # word 19
         assert not ctx.get(dut.dma.fault) and ctx.get(dut.limit) == 16
         await ctx.tick()
         assert ctx.get(dut.dma.fault) and ctx.get(dut.limit) == 3
@@ -280,18 +259,16 @@ def test_read_after_write_and_latency():
             await ctx.tick()
             ctx.set(port.we, 0)
             await ctx.tick()
-            await ctx.tick()
             assert ctx.get(port.rdata) == 0
             await ctx.tick()
             assert ctx.get(port.rdata) == v
-        # Streaming reads: one per cycle, each word two cycles after its address.
+        # Streaming reads: one per cycle, each data a cycle after its address.
         ctx.set(port.offset, 3)
         await ctx.tick()
         ctx.set(port.offset, 4)
-        await ctx.tick()
-        ctx.set(port.en, 0)
         assert ctx.get(port.rdata) == 111
         await ctx.tick()
+        ctx.set(port.en, 0)
         assert ctx.get(port.rdata) == 222
 
     run(dut, bench)
@@ -337,7 +314,6 @@ def test_same_bank_priority_and_retry():
         await fill(ctx, dut, [100 + i for i in range(CFG.spad_words)])
         # Four reads of bank 1 in one cycle: one is performed per cycle, in priority
         # order; the others stall and present their access again.
-        answers = Answers(ctx)
         offsets = {a: 1, b: 5, w: 9, dma: 13}
         waiting = [a, b, w, dma]
         while waiting:
@@ -347,10 +323,10 @@ def test_same_bank_priority_and_retry():
             assert stalls(ctx, dut) == expect
             assert faults(ctx, dut) == (0, 0, 0, 0)
             assert stats(ctx, dut) == (0b0010, 0, len(waiting) - 1)
+            await ctx.tick()
             winner = waiting.pop(0)
-            await answers.tick((winner, 100 + offsets[winner]))
             idle(ctx, winner)
-        await answers.flush()
+            assert ctx.get(winner.rdata) == 100 + offsets[winner]
 
         # Two writes of bank 2: w wins, dma stalls (nothing is written by it).
         present(ctx, w, 0, 2, 0xAAA)
@@ -365,15 +341,18 @@ def test_same_bank_priority_and_retry():
         present(ctx, a, 0, 6)
         assert stalls(ctx, dut) == (0, 0, 0, 0)
         assert stats(ctx, dut) == (0b0100, 0b0100, 0)
-        await answers.tick((a, 106))
-        idle(ctx, dma, a)
-        await answers.tick()        # the posted write reaches the bank
-        present(ctx, a, 0, 6)
-        await answers.tick((a, 0xBBB))
-        present(ctx, a, 0, 2)
-        await answers.tick((a, 0xAAA))
+        await ctx.tick()
+        idle(ctx, dma)
+        assert ctx.get(a.rdata) == 106
         idle(ctx, a)
-        await answers.flush()
+        await ctx.tick()            # the posted write reaches the bank
+        present(ctx, a, 0, 6)
+        await ctx.tick()
+        assert ctx.get(a.rdata) == 0xBBB
+        present(ctx, a, 0, 2)
+        await ctx.tick()
+        idle(ctx, a)
+        assert ctx.get(a.rdata) == 0xAAA
 
         # Writes are arbitrated by the same priority, whichever ports make them.
         present(ctx, a, 0, 0, 1)
@@ -403,29 +382,32 @@ def test_different_banks_and_rdata_routing():
         present(ctx, w, 0, 15, 0x515)
         assert stalls(ctx, dut) == (0, 0, 0, 0)
         assert stats(ctx, dut) == (0b0111, 0b1000, 0)
+        await ctx.tick()
         # Each port sees the word of the bank it read, while the next reads go on.
-        answers = Answers(ctx)
-        await answers.tick((a, 100), (b, 105), (dma, 110))
+        assert (ctx.get(a.rdata), ctx.get(b.rdata), ctx.get(dma.rdata)) == (100, 105, 110)
         idle(ctx, w)
         present(ctx, a, 0, 14)
         present(ctx, b, 0, 4)
         present(ctx, dma, 0, 1)
         assert stats(ctx, dut) == (0b0111, 0, 0)
-        await answers.tick((a, 114), (b, 104), (dma, 101))
+        await ctx.tick()
+        assert (ctx.get(a.rdata), ctx.get(b.rdata), ctx.get(dma.rdata)) == (114, 104, 101)
         # A read and a write of the same bank, different words: both performed.
         idle(ctx, b)
         present(ctx, a, 0, 3)
         present(ctx, dma, 0, 7, 0x707)
         assert stalls(ctx, dut) == (0, 0, 0, 0)
         assert stats(ctx, dut) == (0b1000, 0b1000, 0)
-        await answers.tick((a, 103))
-        idle(ctx, dma, a)
-        await answers.tick()        # the posted write reaches the bank
+        await ctx.tick()
+        idle(ctx, dma)
+        assert ctx.get(a.rdata) == 103
+        idle(ctx, a)
+        await ctx.tick()            # the posted write reaches the bank
         for off, value in ((7, 0x707), (15, 0x515)):
             present(ctx, a, 0, off)
-            await answers.tick((a, value))
+            await ctx.tick()
+            assert ctx.get(a.rdata) == value
         idle(ctx, a)
-        await answers.flush()
 
     run(dut, bench)
 
@@ -462,15 +444,14 @@ def test_fault_wins_over_stall():
         idle(ctx, a, w)
         assert stalls(ctx, dut) == (0, 0, 0, 0)
         assert stats(ctx, dut) == (0b0001, 0b0001, 0)
-        answers = Answers(ctx)
-        await answers.tick((b, 100))
+        await ctx.tick()
         idle(ctx, b, dma)
-        await answers.tick()        # the posted write reaches the bank
+        assert ctx.get(b.rdata) == 100
         for off, value in ((0, 100), (4, 0xDEAD), (8, 108), (12, 0x1212)):
             present(ctx, a, 0, off)
-            await answers.tick((a, value))
+            await ctx.tick()
+            assert ctx.get(a.rdata) == value
         idle(ctx, a)
-        await answers.flush()
 
     run(dut, bench)
 
@@ -493,7 +474,6 @@ def test_random_arbitration(config):
         await ctx.tick()            # the last write is posted
         is_open = 0
         total_conflicts = 0
-        answers = Answers(ctx)
         posted = {}                 # the writes of the cycle before: {word: data}
         for _ in range(400):
             expect_fault, expect_stall, reads, writes = [], [], {}, {}
@@ -533,10 +513,12 @@ def test_random_arbitration(config):
             total_conflicts += conflicts
             if rng.random() < 0.05:         # open another partition from the next cycle
                 ctx.set(dut.part, rng.randrange(len(table) + 1))
+            await ctx.tick()
+            is_open = ctx.get(dut.part)
             # A read sees the writes of two cycles before and earlier (writes are
             # posted; a read of a word written the cycle before returns the old word).
-            await answers.tick(*((port, model[word]) for port, word, _ in reads.values()))
-            is_open = ctx.get(dut.part)
+            for port, word, _ in reads.values():
+                assert ctx.get(port.rdata) == model[word]
             for word, data in posted.items():
                 model[word] = data
             posted = {word: data for _, word, data in writes.values()}
@@ -544,7 +526,7 @@ def test_random_arbitration(config):
         for word, data in posted.items():
             model[word] = data
         idle(ctx, *ports)
-        await answers.flush()
+        await ctx.tick()
         for w in range(words):
             assert (await access(ctx, dut, 0, w))[2] == model[w]
 
