@@ -276,7 +276,7 @@ class ControlUnit(wiring.Component):
         # the fetch cycle, which registers it. Both addresses are from the state and
         # registers in every cycle (the plan store's below, with the plan predecode).
         # The kernel store is read by CALL (the first micro-instruction of the slot it
-        # calls) and by MICRO_EXEC (the next one), with micro_pc + 1: a cycle that stalls or
+        # calls) and by MICRO_EXEC (the next one, micro_pc + 1): a cycle that stalls or
         # faults does not use the word, and no decision is on the address. Only the
         # cycles that go on need the read (`plan_rd_en`, `kern_rd_en`): they are every
         # way into PLAN_FETCH and MICRO_FETCH, the states that use the word.
@@ -364,6 +364,8 @@ class ControlUnit(wiring.Component):
 
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
+        # An explicit state register rather than m.FSM: faults and misses from any
+        # state are one override at the end instead of a check in every state.
         state = Signal(_State)
         # micro_pc + 1, kept in a register beside it rather than added: it addresses
         # the kernel store in MICRO_EXEC, and the adder in front of the fan-out to the
@@ -397,10 +399,6 @@ class ControlUnit(wiring.Component):
                          micro_pc_outside.eq(next_upc >= cfg.slot_depth),
                          state.eq(_State.MICRO_FETCH)]
             m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_en.eq(1)]
-
-        # An explicit state register rather than m.FSM: faults and misses from any
-        # state are one override at the end instead of a check in every state. (It is
-        # declared above, with the plan store's address.)
 
         # The stores refuse host writes into what the control unit reads, so that no
         # read meets a write of its word (`hdl/stores.py`). The plan fetches read the
