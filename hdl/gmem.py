@@ -107,9 +107,14 @@ class GlobalMemory(wiring.Component):
       seen, a read two (its word registered). If the host and the DMA engine write
       the same word in the same cycle, which write wins is undefined.
     * ``"shared"``: one read port and one write port, for block RAMs that have no
-      more (the ECP5 board top's choice). The DMA engine has them first: a host read
-      waits while the DMA engine reads, a host write while it writes, and the access
-      is answered one cycle after the cycle it gets the port (a read two).
+      more (the ECP5 board top's choice). The DMA engine has them first: a host
+      access waits while the DMA engine reads or writes, and is answered one cycle
+      after the cycle it gets the ports (a read two). So a word that somebody takes
+      is never read in the cycle it is written (the read port reads every cycle, and
+      only the words of cycles with no write are taken), and the bitstream builds
+      declare a read during a write of its word undefined (``host/fpga.py``): the
+      block RAMs without Yosys' emulation of the old word, whose address comparison
+      was on the ULX3S build's worst path (step 35).
     * ``"single"``: one port (:class:`~fusetile.hdl.single_port_ram.SinglePortRam`:
       the iCE40UP's SPRAM, 128 KiB). A host access waits while the DMA engine reads
       or writes, and is answered one cycle after the cycle it gets the port (a read
@@ -199,7 +204,7 @@ class GlobalMemory(wiring.Component):
             # the ULX3S build's block RAMs (7.6 ns of wire; step 33).
             r = mem.read_port()
             m.d.comb += [
-                go.eq(access & in_range & Mux(bus.we, ~dma.wclaim, ~dma.re)),
+                go.eq(access & in_range & ~dma.wclaim & ~dma.re),
                 r.addr.eq(Mux(dma.re, dma.raddr, word)),
                 w.addr.eq(Mux(dma.wclaim, dma.waddr, word)),
                 w.data.eq(Mux(dma.wclaim, dma.wdata, host_data)),

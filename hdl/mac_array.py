@@ -188,11 +188,7 @@ class MacArray(wiring.Component):
         ]
 
         prod_valid = Signal()
-        prod_first = Signal()
-        m.d.sync += [
-            prod_valid.eq(op_valid & ~self.abort),
-            prod_first.eq(op_first),
-        ]
+        m.d.sync += prod_valid.eq(op_valid & ~self.abort)
 
         # The step in the accumulate stage lands even in an abort's cycle: the abort
         # would otherwise gate the enable of every accumulator.
@@ -209,6 +205,10 @@ class MacArray(wiring.Component):
             bias_load.eq(self.bias_valid),
             acc_en.eq(self.bias_valid | op_valid & ~self.abort),
         ]
+        # Whether ACC starts afresh (a bias, or a step marked `first`), a register of
+        # its own too: with it, what goes into an accumulator's adder is one LUT deep.
+        acc_load = Signal()
+        m.d.sync += acc_load.eq(self.bias_valid | op_first)
 
         in_dsp = self.dsp_accumulator
         if in_dsp is None:
@@ -224,28 +224,30 @@ class MacArray(wiring.Component):
                 dsp_a.eq(Mux(op_valid & ~self.abort, op_a, 0)),
                 dsp_b.eq(op_b),
             ]
-            load = bias_load | prod_first
             for i in range(cfg.rows):
                 init = Mux(bias_load, self.bias_value[i], 0)
                 for j in range(cfg.cols):
                     with m.If(acc_en):
-                        m.d.sync += acc[i][j].eq(Mux(load, init, acc[i][j]) +
+                        m.d.sync += acc[i][j].eq(Mux(acc_load, init, acc[i][j]) +
                                                  dsp_a[i] * dsp_b[j])
         else:
             for i in range(cfg.rows):
+                init = Mux(bias_load, self.bias_value[i], 0)
                 for j in range(cfg.cols):
                     # The product register: on an ECP5 the DSP block's own (its
                     # operands come from the shared registers above).
                     m.submodules[f"mul_{i}_{j}"] = mul = Multiplier(signed(8), signed(8),
                                                                     latency=1)
                     m.d.comb += [mul.a.eq(op_a[i]), mul.b.eq(op_b[j])]
-                    prod = mul.p
+                    # A bias loads as `init` plus a zero product: the choices are in
+                    # front of the adder, whose carry chain then ends in the
+                    # accumulator's flip-flops (a multiplexer after it, and the route
+                    # from there, made the MAC array's late endpoints on the ULX3S,
+                    # docs/fpga.md step 35). The sum is 33 bits wide; the assignment
+                    # wraps it to 32.
+                    addend = Mux(bias_load, 0, mul.p)
                     with m.If(acc_en):
-                        with m.If(bias_load):
-                            m.d.sync += acc[i][j].eq(self.bias_value[i])
-                        with m.Else():
-                            # The sum is 33 bits wide; the assignment wraps it to 32.
-                            m.d.sync += acc[i][j].eq(Mux(prod_first, 0, acc[i][j]) + prod)
+                        m.d.sync += acc[i][j].eq(Mux(acc_load, init, acc[i][j]) + addend)
 
         with m.Switch(self.row):
             for i in range(cfg.rows):

@@ -177,6 +177,14 @@ class UartBridge(wiring.Component):
         frame_timer = Signal(range(self.frame_timeout_cycles))
         bus_timer = Signal(range(self._timeout_cycles))
 
+        # The bus's answer, registered every cycle: EXEC_ANSWER takes the one of the
+        # access's last cycle.
+        answer_ack = Signal()
+        answer_err = Signal()
+        answer_data = Signal(32)
+        m.d.sync += [answer_ack.eq(bus.ack), answer_err.eq(bus.err),
+                     answer_data.eq(bus.dat_r)]
+
         m.d.comb += [
             buf_r.addr.eq(idx),
             buf_w.addr.eq(idx),
@@ -295,22 +303,28 @@ class UartBridge(wiring.Component):
                 m.next = "EXEC_WAIT"
 
             with m.State("EXEC_WAIT"):
+                # The bus's answer only ends the access here; EXEC_ANSWER acts on it
+                # a cycle later, from registers. Everything the answer decides at
+                # once (the state, the status, the buffer, the index and address)
+                # was the UART bridge's share of the ULX3S build's late endpoints
+                # (docs/fpga.md, step 35).
                 m.d.comb += [bus.cyc.eq(1), bus.stb.eq(1)]
-                with m.If(bus.err):
+                m.d.sync += bus_timer.eq(bus_timer + 1)
+                with m.If(bus.ack | bus.err | (bus_timer == self._timeout_cycles - 1)):
+                    m.next = "EXEC_ANSWER"      # cyc/stb drop there
+
+            with m.State("EXEC_ANSWER"):
+                with m.If(answer_err | ~answer_ack):    # an error, or no answer in time
                     respond(Status.BUS_ERROR, idx)
-                with m.Elif(bus.ack):
+                with m.Else():
                     with m.If(~is_write):
-                        m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(bus.dat_r)]
+                        m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(answer_data)]
                     with m.If(idx == last):
                         m.d.sync += idx.eq(0)
                         respond(Status.OK, last)
                     with m.Else():
                         m.d.sync += [idx.eq(idx + 1), addr.eq(addr + ~fixed)]
                         m.next = "EXEC_FETCH"
-                with m.Elif(bus_timer == self._timeout_cycles - 1):
-                    respond(Status.BUS_ERROR, idx)     # cyc/stb drop in RESP_SYNC
-                with m.Else():
-                    m.d.sync += bus_timer.eq(bus_timer + 1)
 
             # -- response --------------------------------------------------------------
             with m.State("RESP_SYNC"):

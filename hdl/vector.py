@@ -33,7 +33,7 @@ Why the arithmetic is laid out as it is:
   ``hi``), and a lane is *saturated* when the clamp changed it.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -555,12 +555,17 @@ class VectorAlu(wiring.Component):
             if j < half:
                 u = Mux(pay.pairs, lanes_in[2 * j], lanes_in[j])
                 v = Mux(pay.pairs, lanes_in[2 * j + 1], 0)
-                v_max = Mux(pay.pairs, lanes_in[2 * j + 1], lanes_in[j])
                 zp_x = Mux(pay.pairs, zp_in * 2, zp_in)
+                # The pair's maximum compares the two lanes as they come, and `pairs`
+                # chooses after (a choice in front of the comparison as well was one
+                # LUT more on a path that starts at the scratchpad's word).
+                left, right = lanes_in[2 * j], lanes_in[2 * j + 1]
+                pair_max = Mux(below(left, right), right, left)
+                uvmax_next.append(Mux(pay.pairs, pair_max, lanes_in[j]))
             else:
-                u, v, v_max, zp_x = lanes_in[j], 0, lanes_in[j], zp_in
+                u, v, zp_x = lanes_in[j], 0, zp_in
+                uvmax_next.append(lanes_in[j])
             uvz_next.append(u + v - zp_x)
-            uvmax_next.append(Mux(below(u, v_max), v_max, u))
         # |u + v - 2 ZP_A| <= 510; a pair's maximum is a lane.
         uvz = Signal(data.ArrayLayout(signed(11), lanes), name="s1_uvz", reset_less=True)
         uvmax = Signal(data.ArrayLayout(signed(8), lanes), name="s1_uvmax", reset_less=True)
@@ -622,10 +627,15 @@ class VectorAlu(wiring.Component):
         with m.If(s1_valid & (op == VectorOp.VPOOL)):
             m.d.sync += pool.eq(Cat(*pooled))
 
-        # VCMP, VARGMAX: lanes above `lane` of the last word are ignored. The lowest
-        # lane is always counted and masked lanes are -128, so they never win. (Which
-        # lanes is worked out as the word comes in and registered with it.)
-        s1_ignored = _register(m, Cat(self.i.payload.last & (j > self.i.payload.lane)
+        # VCMP, VARGMAX: lanes above `lane` of the last word are ignored; so are all
+        # lanes but `lane` for the operations that look at that lane alone (VCMP
+        # without `reduce`, VARGMAX with `column`), whose value is then the word's
+        # maximum like the others'. The lowest lane (or `lane`) is always counted and
+        # masked lanes are -128, so they never win. (Which lanes is worked out as the
+        # word comes in and registered with it.)
+        one_lane = (((pay.op == VectorOp.VCMP) & ~pay.reduce) |
+                    ((pay.op == VectorOp.VARGMAX) & pay.column))
+        s1_ignored = _register(m, Cat(Mux(one_lane, j != pay.lane, pay.last & (j > pay.lane))
                                       for j in range(lanes)), "s1_ignored")
         masked = [Mux(s1_ignored[j], -128, a[j]) for j in range(lanes)]
         # The word's own maximum, a level of the lane tree per stage (one compare and
@@ -638,9 +648,7 @@ class VectorAlu(wiring.Component):
         def beside_tree(value, name):
             return _delay(m, value, tree, name)
 
-        m_lane = beside_tree(Array(a)[s1.lane], "lane_value")     # VCMP, VARGMAX column
         m_first = beside_tree(s1.first, "m_first")
-        m_reduce = beside_tree(s1.reduce, "m_reduce")
         m_column = beside_tree(s1.column, "m_column")
         in_tree = [s1_valid & ((op == VectorOp.VCMP) | (op == VectorOp.VARGMAX))]
         for k in range(tree):
@@ -650,27 +658,26 @@ class VectorAlu(wiring.Component):
         m_vcmp = _wire(m, in_tree[-1] & ~m_vargmax, "m_vcmp")
 
         cmp_max = Signal(signed(8), name="cmp_max")
-        cmp_value = _wire(m, Mux(m_reduce, word_max, m_lane), "cmp_value")
         with m.If(m_vcmp):
-            m.d.sync += cmp_max.eq(Mux(m_first, cmp_value,
-                                       _max(m, cmp_max, cmp_value, "cmp_merged_max")))
+            m.d.sync += cmp_max.eq(Mux(m_first, word_max,
+                                       _max(m, cmp_max, word_max, "cmp_merged_max")))
 
         # VARGMAX: each word's candidate (its best lane, or with `column` its lane
-        # `lane`) against the best so far; a later word wins only when larger, so the
-        # lowest index wins ties. Index: word number and lane, or the word number.
+        # `lane`: the word's maximum either way) against the best so far; a later word
+        # wins only when larger, so the lowest index wins ties. Index: word number and
+        # lane, or the word number.
         lane_bits = _lane_bits(lanes) if lanes > 1 else 0
         word_no = Signal(16, name="argmax_word")               # words since `first`
         best_value = Signal(signed(8), name="argmax_value")
         best_index = Signal(16, name="argmax_index")
         this_word = _wire(m, Mux(m_first, 0, word_no), "argmax_this_word")
         packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
-        this_value = _wire(m, Mux(m_column, m_lane, word_max), "argmax_this_value")
         this_index = _wire(m, Mux(m_column, this_word, packed_index), "argmax_this_index")
-        take = _wire(m, m_first | (this_value > best_value), "argmax_take")
+        take = _wire(m, m_first | (word_max > best_value), "argmax_take")
         with m.If(m_vargmax):
             m.d.sync += [
                 word_no.eq(this_word + 1),
-                best_value.eq(Mux(take, this_value, best_value)),
+                best_value.eq(Mux(take, word_max, best_value)),
                 best_index.eq(Mux(take, this_index, best_index)),
             ]
 

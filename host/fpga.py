@@ -76,13 +76,15 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 # word (posted: the cycle after it is performed) only in a program that races a DMA
 # transfer against an instruction (`docs/architecture.md`, "Scratchpad races");
 # `tests/checked_tile.py` asserts both in every cycle of the tests that run programs.
-# So their read ports are declared not to care, which Amaranth cannot say (the
-# netlist's COLLISION_X_MASK): no emulation.
+# GMEM's shared ports (the ULX3S build's) take no word from a cycle with a write: the
+# host's accesses wait for the DMA engine's, which reads or writes, not both
+# (`hdl/gmem.py`). So their read ports are declared not to care, which Amaranth
+# cannot say (the netlist's COLLISION_X_MASK): no emulation.
 # The patterns match the board tops (`fusetile.core.tile.*`) and the cores the scripts
 # map alone (`fusetile.tile.*`).
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
                         "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
-                        "*.tile.spad/t:$memrd_v2"]
+                        "*.tile.spad/t:$memrd_v2 *.tile.gmem/t:$memrd_v2"]
 _SYNTH_OPTIONS = {
     "ecp5": {
         "script_after_read": "\n".join(UNDEFINED_COLLISIONS),
