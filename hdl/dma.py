@@ -22,14 +22,14 @@ address register's enable: in ``fault`` and in ``stall`` (the ULX3S build's most
 common late endpoints after the kernel store's, step 33).
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import FaultCause
 from .gmem import GmemPortSignature
-from .scratchpad import SpadPortSignature, point
+from .scratchpad import SpadPortSignature
 
 
 __all__ = ["DmaCommand", "Dma"]
@@ -164,8 +164,16 @@ class Dma(wiring.Component):
         gmem_oob = Signal()     # gaddr >= gmem_words, worked out as gaddr is set
         saddr = Signal(_ADDR_BITS)
         spad_oob = Signal()     # saddr >= limit, worked out as saddr is set
-        row_gaddr = Signal(_ADDR_BITS)
-        row_saddr = Signal(_ADDR_BITS)
+        # The first word of the next row, kept ahead, and the open partition's limit
+        # less one, a cycle behind (the limit does not change under a transfer): an
+        # address set by an advance and its range test each come from registers
+        # through one adder or one comparison, not an adder and then a comparison
+        # (the DMA engine's late endpoints on the ULX3S at 3247880, docs/fpga.md
+        # step 35).
+        next_row_gaddr = Signal(_ADDR_BITS)
+        next_row_saddr = Signal(_ADDR_BITS)
+        limit_less_1 = Signal(signed(18))
+        m.d.sync += limit_less_1.eq(self.limit - 1)
 
         # Write stage: the word read by the issue stage in the previous cycle, or (a
         # load whose scratchpad write stalled) the copy of it kept in `held`.
@@ -207,14 +215,14 @@ class Dma(wiring.Component):
                 self.fault_part.eq(part),
             ]
 
-        def set_gaddr(value):
+        def set_gaddr(value, outside):
             # The range check is registered with the address: compared where the
             # address is used, it came before the engine's decisions in one path.
-            value = value[:len(gaddr)]
-            m.d.sync += [gaddr.eq(value), gmem_oob.eq(value >= cfg.gmem_words)]
+            m.d.sync += [gaddr.eq(value[:len(gaddr)]), gmem_oob.eq(outside)]
 
-        def set_saddr(value):
-            m.d.sync += point(saddr, spad_oob, value, self.limit)     # the partition test
+        def set_saddr(value, outside):
+            # Likewise the partition test.
+            m.d.sync += [saddr.eq(value[:len(saddr)]), spad_oob.eq(outside)]
 
         def advance():
             m.d.sync += wvalid.eq(1)
@@ -222,17 +230,18 @@ class Dma(wiring.Component):
                 m.d.sync += [
                     col.eq(0),
                     row.eq(row + 1),
-                    row_gaddr.eq(row_gaddr + gmem_stride),
-                    row_saddr.eq(row_saddr + spad_stride),
+                    next_row_gaddr.eq(next_row_gaddr + gmem_stride),
+                    next_row_saddr.eq(next_row_saddr + spad_stride),
                 ]
-                set_saddr(row_saddr + spad_stride)
-                set_gaddr(row_gaddr + gmem_stride)
+                set_saddr(next_row_saddr, next_row_saddr >= self.limit)
+                set_gaddr(next_row_gaddr, next_row_gaddr >= cfg.gmem_words)
                 with m.If(row == last_row):
                     m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += col.eq(col + 1)
-                set_saddr(saddr + 1)
-                set_gaddr(gaddr + 1)
+                # (No address comes near 2**32: `_ADDR_BITS`.)
+                set_saddr(saddr + 1, saddr >= limit_less_1)
+                set_gaddr(gaddr + 1, gaddr >= cfg.gmem_words - 1)
 
         # The ports are driven from the engine's own state only; `abort` acts last: on
         # the registers here, and on the scratchpad's banks there (the tile wires
@@ -255,11 +264,11 @@ class Dma(wiring.Component):
                     last_col.eq(p.cols - 1),
                     row.eq(0),
                     col.eq(0),
-                    row_gaddr.eq(p.gmem_addr),
-                    row_saddr.eq(p.spad_addr),
+                    next_row_gaddr.eq(p.gmem_addr + p.gmem_stride),
+                    next_row_saddr.eq(p.spad_addr + p.spad_stride),
                 ]
-                set_saddr(p.spad_addr)
-                set_gaddr(p.gmem_addr)
+                set_saddr(p.spad_addr, p.spad_addr >= self.limit)
+                set_gaddr(p.gmem_addr, p.gmem_addr >= cfg.gmem_words)
 
         with m.Elif(~store):
             # Load. Write stage first: it holds the earlier word, so its fault wins.
