@@ -179,7 +179,10 @@ class Dma(wiring.Component):
         # load whose scratchpad write stalled) the copy of it kept in `held`.
         wvalid = Signal()
         w_gaddr = Signal(_ADDR_BITS)
-        w_saddr = Signal(_ADDR_BITS)
+        # The offset on the scratchpad port, a register of its own: the write stage's
+        # for a load, a copy of `saddr` for a store (a choice between two registers
+        # was in front of the scratchpad's row adder and bank address, step 35).
+        port_offset = Signal(_ADDR_BITS)
         w_spad_oob = Signal()
         held = Signal(cfg.word_bits, reset_less=True)
         from_held = Signal()
@@ -223,6 +226,8 @@ class Dma(wiring.Component):
         def set_saddr(value, outside):
             # Likewise the partition test.
             m.d.sync += [saddr.eq(value[:len(saddr)]), spad_oob.eq(outside)]
+            with m.If(store):
+                m.d.sync += port_offset.eq(value[:len(saddr)])
 
         def advance():
             m.d.sync += wvalid.eq(1)
@@ -269,6 +274,7 @@ class Dma(wiring.Component):
                 ]
                 set_saddr(p.spad_addr, p.spad_addr >= self.limit)
                 set_gaddr(p.gmem_addr, p.gmem_addr >= cfg.gmem_words)
+                m.d.sync += port_offset.eq(p.spad_addr)
 
         with m.Elif(~store):
             # Load. Write stage first: it holds the earlier word, so its fault wins.
@@ -277,7 +283,7 @@ class Dma(wiring.Component):
             word = Signal(cfg.word_bits)
             m.d.comb += [
                 word.eq(Mux(from_held, held, self.gmem.rdata)),
-                self.spad.offset.eq(w_saddr),
+                self.spad.offset.eq(port_offset),
                 self.spad.we.eq(1),
                 self.spad.wdata.eq(word),
             ]
@@ -300,7 +306,7 @@ class Dma(wiring.Component):
             # which it reads once more when it goes on.
             m.d.comb += [self.gmem.raddr.eq(gaddr), self.gmem.re.eq(issuing & ~gmem_oob)]
             with m.If(write_fault):
-                stop(FaultCause.PARTITION, w_saddr)
+                stop(FaultCause.PARTITION, port_offset)
             with m.Elif(write_stall):
                 # Keep the word, and do not fault or advance past a word that is not
                 # written yet.
@@ -309,7 +315,7 @@ class Dma(wiring.Component):
                 with m.If(gmem_oob):
                     stop(FaultCause.GMEM_RANGE, gaddr)
                 with m.Else():
-                    m.d.sync += [w_saddr.eq(saddr), w_spad_oob.eq(spad_oob)]
+                    m.d.sync += [port_offset.eq(saddr), w_spad_oob.eq(spad_oob)]
                     advance()
             with m.Elif(wvalid):
                 m.d.sync += running.eq(0)       # the last word is written this cycle
@@ -323,7 +329,7 @@ class Dma(wiring.Component):
                 self.gmem.wdata.eq(sword),
                 self.gmem.we.eq(w2valid),
                 self.word_out.eq(w2valid),
-                self.spad.offset.eq(saddr),
+                self.spad.offset.eq(port_offset),
                 self.spad.we.eq(0),
             ]
             m.d.sync += [

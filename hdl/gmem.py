@@ -107,14 +107,19 @@ class GlobalMemory(wiring.Component):
       seen, a read two (its word registered). If the host and the DMA engine write
       the same word in the same cycle, which write wins is undefined.
     * ``"shared"``: one read port and one write port, for block RAMs that have no
-      more (the ECP5 board top's choice). The DMA engine has them first: a host
-      access waits while the DMA engine reads or writes, and is answered one cycle
-      after the cycle it gets the ports (a read two). So a word that somebody takes
-      is never read in the cycle it is written (the read port reads every cycle, and
-      only the words of cycles with no write are taken), and the bitstream builds
-      declare a read during a write of its word undefined (``host/fpga.py``): the
-      block RAMs without Yosys' emulation of the old word, whose address comparison
-      was on the ULX3S build's worst path (step 35).
+      more (the ECP5 board top's choice). Writes are *posted*: they reach the
+      memory at the end of the cycle after the write (a read in that cycle returns
+      the old word). The DMA engine has the ports first: a host access waits while
+      the DMA engine reads or writes and while a posted write lands, and is answered
+      one cycle after the cycle it gets the ports (a read two). So the host never
+      takes a word read in the cycle it is written (the read port reads every cycle,
+      and only the words of cycles with no write are taken), nor does the DMA engine
+      (a load starts two cycles after a store's last write at the earliest), except
+      in a program that races a DMA load against a host write or a COMMIT's drain of
+      the same word; the bitstream builds declare such a read undefined
+      (``host/fpga.py``), which leaves the block RAMs without Yosys' emulation of
+      the old word, whose address comparison was on the ULX3S build's worst path
+      (step 35).
     * ``"single"``: one port (:class:`~fusetile.hdl.single_port_ram.SinglePortRam`:
       the iCE40UP's SPRAM, 128 KiB). A host access waits while the DMA engine reads
       or writes, and is answered one cycle after the cycle it gets the port (a read
@@ -203,13 +208,21 @@ class GlobalMemory(wiring.Component):
             # An enable from the DMA engine's and the host's requests drove all 32 of
             # the ULX3S build's block RAMs (7.6 ns of wire; step 33).
             r = mem.read_port()
+            # Writes are posted: registered, they reach the block RAM in the next
+            # cycle, so that only registers drive its write port (the host's request
+            # through the bus decoder into 32 block RAMs' write enables was the worst
+            # path of the ULX3S build, step 35). A host access also waits out a
+            # posted write, so it never reads a word in the cycle it is written.
+            posted = w.en.any()
             m.d.comb += [
-                go.eq(access & in_range & ~dma.wclaim & ~dma.re),
+                go.eq(access & in_range & ~dma.wclaim & ~dma.re & ~posted),
                 r.addr.eq(Mux(dma.re, dma.raddr, word)),
+                dma.rdata.eq(r.data),
+            ]
+            m.d.sync += [
                 w.addr.eq(Mux(dma.wclaim, dma.waddr, word)),
                 w.data.eq(Mux(dma.wclaim, dma.wdata, host_data)),
                 w.en.eq(Mux(dma.we, whole_word, Mux(go & bus.we, host_sel, 0))),
-                dma.rdata.eq(r.data),
             ]
             host_rdata = r.data
         else:

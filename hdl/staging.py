@@ -1,7 +1,7 @@
 """The speculation staging buffer: GMEM stores of a speculative region wait here
 until COMMIT publishes them or a miss discards them."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -20,12 +20,13 @@ class StagingBuffer(wiring.Component):
     it stored: there is no forwarding). Outside speculation writes pass through too.
     While ``speculate`` is high, each write is appended to the buffer instead; a write
     that finds it full is dropped and raises ``overflow`` (the control unit treats that
-    as a miss). ``publish`` drains the buffer into GMEM in order, one word every other
-    cycle, while ``draining`` is high; ``discard`` empties it. A drain reads an entry
-    before it writes it, so a discard the cycle after a publish (the control unit's
-    abort of a COMMIT that faults or misses) leaves GMEM as it was. GMEM's DMA side
-    reads or writes in a cycle, not both, so a draining write waits while the DMA
-    engine reads.
+    as a miss). ``publish`` drains the buffer into GMEM in order while ``draining`` is
+    high: ``2 n + 1`` cycles for ``n`` words (an entry is read, registered, then
+    written, the next entry read with the write); ``discard`` empties it. A drain
+    reads an entry before it writes it, so a discard the cycle after a publish (the
+    control unit's abort of a COMMIT that faults or misses) leaves GMEM as it was.
+    GMEM's DMA side reads or writes in a cycle, not both, so a draining write waits
+    while the DMA engine reads.
 
     Parameters
     ----------
@@ -75,6 +76,10 @@ class StagingBuffer(wiring.Component):
         count = self.level
         head = Signal(range(depth))      # next entry to publish
         fetched = Signal()               # rd.data holds entry `head`
+        loaded = Signal()                # `entry` holds entry `head`
+        # The entry being written, registered: from the buffer's block RAM straight to
+        # GMEM's write port was the worst path of the ULX3S build (12.88 ns, step 35).
+        entry = Signal.like(rd.data)
 
         m.d.comb += [
             self.gmem.raddr.eq(self.dma.raddr),
@@ -95,24 +100,34 @@ class StagingBuffer(wiring.Component):
         with m.If(stage & full):
             m.d.sync += self.overflow.eq(1)
 
-        m.d.comb += rd.addr.eq(head)
+        writing = Signal()              # a draining write is made this cycle
+        m.d.comb += [
+            writing.eq(self.draining & loaded & ~self.dma.re),
+            # With a write, the next entry is read.
+            rd.addr.eq(Mux(writing, head + 1, head)),
+        ]
         with m.If(self.draining):
-            # One cycle to read an entry, one to write it: simple, and a commit of a
-            # few dozen words is short next to the kernels that produced them. GMEM's
-            # DMA side reads or writes in a cycle, not both: a DMA read goes first.
-            with m.If(~fetched):
+            # A cycle to read an entry, one to register it, one to write it, the next
+            # entry read in the write's cycle: two cycles a word, simple, and a commit
+            # of a few dozen words is short next to the kernels that produced them.
+            # GMEM's DMA side reads or writes in a cycle, not both: a DMA read goes
+            # first.
+            with m.If(~fetched & ~loaded):
                 m.d.sync += fetched.eq(1)
-            with m.Else():
+            with m.If(fetched):
+                m.d.sync += [entry.eq(rd.data), loaded.eq(1), fetched.eq(0)]
+            with m.If(loaded):
                 m.d.comb += [
-                    self.gmem.waddr.eq(rd.data[:addr_bits]),
-                    self.gmem.wdata.eq(rd.data[addr_bits:]),
+                    self.gmem.waddr.eq(entry[:addr_bits]),
+                    self.gmem.wdata.eq(entry[addr_bits:]),
                     self.gmem.wclaim.eq(1),
                 ]
-            with m.If(fetched & ~self.dma.re):
+            with m.If(writing):
                 m.d.comb += self.gmem.we.eq(1)
-                m.d.sync += [fetched.eq(0), head.eq(head + 1)]
+                m.d.sync += [loaded.eq(0), fetched.eq(1), head.eq(head + 1)]
                 with m.If(head == count - 1):
-                    m.d.sync += [self.draining.eq(0), count.eq(0), head.eq(0)]
+                    m.d.sync += [self.draining.eq(0), count.eq(0), head.eq(0),
+                                 fetched.eq(0)]
         with m.Else():
             m.d.comb += [
                 self.gmem.waddr.eq(self.dma.waddr),
@@ -122,8 +137,8 @@ class StagingBuffer(wiring.Component):
             ]
 
         with m.If(self.publish & ~self.draining & (count != 0)):
-            m.d.sync += [self.draining.eq(1), head.eq(0), fetched.eq(0)]
+            m.d.sync += [self.draining.eq(1), head.eq(0), fetched.eq(0), loaded.eq(0)]
         with m.If(self.discard):
             m.d.sync += [count.eq(0), head.eq(0), self.draining.eq(0), self.overflow.eq(0),
-                         fetched.eq(0)]
+                         fetched.eq(0), loaded.eq(0)]
         return m

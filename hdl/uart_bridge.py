@@ -177,15 +177,21 @@ class UartBridge(wiring.Component):
         frame_timer = Signal(range(self.frame_timeout_cycles))
         bus_timer = Signal(range(self._timeout_cycles))
 
-        # The bus's answer, registered every cycle: EXEC_ANSWER takes the one of the
-        # access's last cycle.
+        # `cyc` and `stb` are a register of their own, not a decode of the state: they
+        # reach every block on the tile's bus (from the state's decode they were on
+        # the ULX3S build's worst path, step 35). The bus's answer is registered in
+        # each cycle of the access: EXEC_ANSWER takes the one of its last cycle.
+        strobe = Signal()
         answer_ack = Signal()
         answer_err = Signal()
         answer_data = Signal(32)
-        m.d.sync += [answer_ack.eq(bus.ack), answer_err.eq(bus.err),
-                     answer_data.eq(bus.dat_r)]
+        with m.If(strobe):
+            m.d.sync += [answer_ack.eq(bus.ack), answer_err.eq(bus.err),
+                         answer_data.eq(bus.dat_r)]
 
         m.d.comb += [
+            bus.cyc.eq(strobe),
+            bus.stb.eq(strobe),
             buf_r.addr.eq(idx),
             buf_w.addr.eq(idx),
             bus.adr.eq(addr[:aw]),
@@ -299,19 +305,22 @@ class UartBridge(wiring.Component):
                     m.next = "EXEC_LOAD"
 
             with m.State("EXEC_LOAD"):
-                m.d.sync += word.eq(buf_r.data)
+                m.d.sync += [word.eq(buf_r.data), strobe.eq(1)]
                 m.next = "EXEC_WAIT"
 
             with m.State("EXEC_WAIT"):
-                # The bus's answer only ends the access here; EXEC_ANSWER acts on it
-                # a cycle later, from registers. Everything the answer decides at
-                # once (the state, the status, the buffer, the index and address)
-                # was the UART bridge's share of the ULX3S build's late endpoints
-                # (docs/fpga.md, step 35).
-                m.d.comb += [bus.cyc.eq(1), bus.stb.eq(1)]
+                # The bus's answer only ends the access (`strobe` falls); a cycle
+                # later the state moves on, and EXEC_ANSWER acts on the answer, all
+                # from registers. Everything the answer decided at once (the state,
+                # the status, the buffer, the index and address) was the UART
+                # bridge's share of the ULX3S build's late endpoints (step 35).
                 m.d.sync += bus_timer.eq(bus_timer + 1)
-                with m.If(bus.ack | bus.err | (bus_timer == self._timeout_cycles - 1)):
-                    m.next = "EXEC_ANSWER"      # cyc/stb drop there
+                with m.If(strobe):
+                    with m.If(bus.ack | bus.err |
+                              (bus_timer == self._timeout_cycles - 1)):
+                        m.d.sync += strobe.eq(0)
+                with m.Else():
+                    m.next = "EXEC_ANSWER"
 
             with m.State("EXEC_ANSWER"):
                 with m.If(answer_err | ~answer_ack):    # an error, or no answer in time

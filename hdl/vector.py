@@ -117,20 +117,34 @@ def _product_sum(m, sel, terms_1, terms_0, name):
         return max(len(a) + len(b) + 1 for a, b in terms) + len(terms)
 
     part_1, part_0 = partials(terms_1), partials(terms_0)
-    zero = (Const(0), Const(0), 0)
+    zero = (Const(0), Const(0), None)
     part_1 += [zero] * (len(part_0) - len(part_1))
     part_0 += [zero] * (len(part_1) - len(part_0))
+    # Partial products of equal offsets share a multiplier where they can: its product
+    # then goes into the sum with no choice of shift in front of the adders.
+    shared = []
+    for a1, b1, o1 in part_1:
+        k = next((k for k, (_, _, o0) in enumerate(part_0) if o0 in (o1, None)), 0)
+        shared.append(((a1, b1, o1), part_0.pop(k)))
     sel_2 = _delay(m, sel, 2, f"{name}_sel")
     shifted = []
-    for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(zip(part_1, part_0)):
+    for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(shared):
         x = _register(m, Mux(sel, a1, a0), f"{name}_x{k}")
         y = _register(m, Mux(sel, b1, b0), f"{name}_y{k}")
         m.submodules[f"{name}_mul{k}"] = mul = Multiplier(x.shape(), y.shape(), latency=1)
         m.d.comb += [mul.a.eq(x), mul.b.eq(y)]
+        o1 = o0 if o1 is None else o1
+        o0 = o1 if o0 is None else o0
         shifted.append(mul.p << o1 if o1 == o0 else Mux(sel_2, mul.p << o1, mul.p << o0))
+    # Summed as a balanced tree: Python's sum() chains the adders, one carry chain
+    # after another (the vector unit's most common late endpoints on the ULX3S at
+    # 3247880, docs/fpga.md step 35).
+    while len(shifted) > 1:
+        shifted = [shifted[k] + shifted[k + 1] if k + 1 < len(shifted) else shifted[k]
+                   for k in range(0, len(shifted), 2)]
     total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum",
                    reset_less=True)
-    m.d.sync += total.eq(sum(shifted))
+    m.d.sync += total.eq(shifted[0])
     return total
 
 

@@ -984,7 +984,8 @@ class TileModel:
             if compute_issue is not None:
                 self._compute_cmd = compute_issue
 
-        # The staging buffer drains one word per two cycles after a COMMIT hit.
+        # The staging buffer drains one word per two cycles after a COMMIT hit (and
+        # one cycle more).
         if self._draining and not publish:
             self._drain_step()
 
@@ -1066,12 +1067,14 @@ class TileModel:
             self._drain_fetched = 0
 
     def _drain_step(self):
-        if not self._drain_fetched:
-            self._drain_fetched = 1
+        # 0: the first entry is read; 1: an entry is registered; 2: it is written (and
+        # the next one read): 2 n + 1 cycles for n words.
+        if self._drain_fetched < 2:
+            self._drain_fetched += 1
             return
         word, data = self.staging[self._drain_head]
         self.gmem[word * self.wb:(word + 1) * self.wb] = data
-        self._drain_fetched = 0
+        self._drain_fetched = 1
         self._drain_head += 1
         if self._drain_head == len(self.staging):
             self._discard_staging()

@@ -24,6 +24,9 @@ import re
 import sys
 
 
+_CONSTANTS = ("$PACKER_GND", "$PACKER_VCC")
+
+
 def _tokens(text):
     return re.findall(r'\(|\)|"[^"]*"|[^\s()]+', text)
 
@@ -152,7 +155,9 @@ class Timing:
 
     def _deps(self, kind, node, outs_of):
         if kind == "in":
-            return [(("out", src), d) for src, d in self.wire.get(node, [])]
+            # Constants are not timed (nextpnr routes them as it can, at any delay).
+            return [(("out", src), d) for src, d in self.wire.get(node, [])
+                    if not src[0].startswith(_CONSTANTS)]
         cell, port = node
         if port in self.clk_out.get(cell, {}):
             return []                                   # a register's output

@@ -146,7 +146,8 @@ def test_little_endian_and_dma_port(ports):
 def test_host_waits_only_for_a_shared_port(ports, write):
     """With a port each, a host access is answered one cycle after STB even while the
     DMA side is busy. With shared ports or a single port, the host waits while the DMA
-    side reads or writes (so that no word is taken from a read that met a write)."""
+    side reads or writes (so that no word is taken from a read that met a write), with
+    shared ports for the DMA side's last posted write too."""
     dut = GlobalMemory(SMALL, ports=ports)
     busy = 6
 
@@ -177,11 +178,41 @@ def test_host_waits_only_for_a_shared_port(ports, write):
             for s in dma_side:
                 ctx.set(s, 0)
             waits = ports != "dual"
-            assert waited == (busy + 1 if waits else 1) + (not host_writes)
+            # Shared ports post their writes: the host waits for the last to land.
+            posted = ports == "shared" and write
+            assert waited == (busy + 1 + posted if waits else 1) + (not host_writes)
             if not host_writes:
                 assert ctx.get(bus.dat_r) == 0x600DF00D
             await ctx.tick().repeat(busy)
         assert await wb_read(ctx, bus, 8) == (0x600DF00D, "ack")
+
+    run(dut, bench)
+
+
+@pytest.mark.parametrize("ports", GlobalMemory.PORTS)
+def test_read_the_cycle_after_a_write(ports):
+    """Shared ports post their writes: a DMA read in the cycle after a DMA write of the
+    same word returns the old word, one a cycle later the new one. The other ways
+    write at once."""
+    dut = GlobalMemory(SMALL, ports=ports)
+
+    async def bench(ctx):
+        for value in (0x1111, 0x2222):
+            ctx.set(dut.dma.waddr, 9)
+            ctx.set(dut.dma.wdata, value)
+            ctx.set(dut.dma.we, 1)
+            ctx.set(dut.dma.wclaim, 1)
+            await ctx.tick()
+            ctx.set(dut.dma.we, 0)
+            ctx.set(dut.dma.wclaim, 0)
+            ctx.set(dut.dma.raddr, 9)
+            ctx.set(dut.dma.re, 1)
+            await ctx.tick()
+            old = 0 if value == 0x1111 else 0x1111
+            assert ctx.get(dut.dma.rdata) == (old if ports == "shared" else value)
+            await ctx.tick()
+            ctx.set(dut.dma.re, 0)
+            assert ctx.get(dut.dma.rdata) == value
 
     run(dut, bench)
 

@@ -101,3 +101,44 @@ def test_discard_the_cycle_after_publish_writes_nothing():
     sim.add_testbench(bench)
     sim.run()
     assert writes == []
+
+
+def test_drain_takes_two_cycles_a_word_and_one_more():
+    """With no DMA reads, ``n`` staged words drain in ``2 n + 1`` cycles: each entry is
+    read, registered, then written (the next one read with the write), so the first
+    write comes three cycles after the publish and the rest every other cycle."""
+    dut = StagingBuffer(CONFIG)
+    writes = []          # (cycle, addr) of every write that reaches GMEM
+    draining = []        # cycles with `draining` high
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _, _, we, waddr, busy in ctx.tick().sample(
+                dut.gmem.we, dut.gmem.waddr, dut.draining):
+            if we:
+                writes.append((cycle, waddr))
+            if busy:
+                draining.append(cycle)
+            cycle += 1
+
+    async def bench(ctx):
+        ctx.set(dut.speculate, 1)
+        for addr in (5, 9, 12):
+            ctx.set(dut.dma.waddr, addr)
+            ctx.set(dut.dma.wdata, addr * 0x11)
+            ctx.set(dut.dma.we, 1)
+            await ctx.tick()
+        ctx.set(dut.dma.we, 0)
+        ctx.set(dut.speculate, 0)
+        ctx.set(dut.publish, 1)          # in cycle 3
+        await ctx.tick()
+        ctx.set(dut.publish, 0)
+        await ctx.tick().repeat(12)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(monitor, background=True)
+    sim.add_testbench(bench)
+    sim.run()
+    assert writes == [(6, 5), (8, 9), (10, 12)]
+    assert draining == list(range(4, 4 + 2 * 3 + 1))
