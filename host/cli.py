@@ -602,6 +602,9 @@ def report_command(args, out):
         help=f"UART line rate (default: {DEFAULT_BAUD})"),
     arg("--out", metavar="DIR", help="build directory (default: build/fpga/BOARD)"),
     arg("--seed", type=int, default=1, help="nextpnr's placement seed (default: 1)"),
+    arg("--sdf", action="store_true",
+        help="also write the routed design's delays (routed.sdf in the build "
+             "directory) for scripts/sdf_paths.py"),
     arg("--program", action="store_true",
         help="load the bitstream into the board with openFPGALoader afterwards"),
     arg("--config", metavar="JSON|FILE",
@@ -615,7 +618,8 @@ def build_command(args, out):
     try:
         result = build(args.board, config=_parse_config(args.config),
                        clock_hz=None if args.clock_mhz is None else args.clock_mhz * 1e6,
-                       baud=args.baud, build_dir=args.out, seed=args.seed, progress=say)
+                       baud=args.baud, build_dir=args.out, seed=args.seed, sdf=args.sdf,
+                       progress=say)
         if args.program and result["timing_met"]:
             say(f"programming the board with {result['bitstream']}")
             program(result)

@@ -268,7 +268,7 @@ def _overused(log_path):
 
 
 def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_dir=None,
-          seed=1, progress=None):
+          seed=1, sdf=False, progress=None):
     """Build the bitstream of the tile on ``board_name`` and report what it took.
 
     Parameters
@@ -285,6 +285,10 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         Default ``build/fpga/<board>``.
     seed : int
         nextpnr's placement seed.
+    sdf : bool
+        Also have nextpnr write the routed design's delays (``routed.sdf`` in the
+        build directory), which ``scripts/sdf_paths.py`` turns into the worst path
+        into each late register.
     progress : callable, optional
         Called with a line of text as each step starts.
 
@@ -296,7 +300,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         ends, its delay and logic cells), ``late_endpoints`` (how many endpoints miss
         the clock, by block), ``resources`` (name -> used/available),
         ``macs``, ``peak_gops`` (2 x MACs x clock), ``peak_gops_at_fmax``,
-        ``uart`` (baud and divisor), ``leds``, ``build_seconds``, ``bitstream``.
+        ``uart`` (baud and divisor), ``leds``, ``build_seconds``, ``seed``,
+        ``bitstream``, ``sdf`` (its path, or None).
 
     Raises
     ------
@@ -318,6 +323,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     top = BoardTop(board, config, clock_hz=clock_hz, baud=baud)
     nextpnr = ["--report", "report.json", "--detailed-timing-report", "--timing-allow-fail",
                "--seed", str(seed), *_NEXTPNR_OPTIONS[board.family]]
+    if sdf:
+        nextpnr += ["--sdf", "routed.sdf"]
     options = {"nextpnr_opts": nextpnr, **_SYNTH_OPTIONS.get(board.family, {})}
     say(f"elaborating the tile for {board.name} ({platform.device})")
     start = time.monotonic()
@@ -370,6 +377,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "build_seconds": round(seconds, 1),
         "seed": seed,
         "bitstream": str(bitstream),
+        "sdf": str(build_dir / "routed.sdf") if sdf else None,
     }
 
 

@@ -11,7 +11,7 @@ into it, cell by cell::
     .venv/bin/python scripts/sdf_paths.py routed.sdf --match compute.ptr_a
 
 It times a single clock domain, posedge to posedge, from the flip-flops', block
-RAMs' and DSP blocks' clock-to-outputs (the SDF's ``IOPATH (posedge CLK) ...``) to
+RAMs' and DSP blocks' clock-to-outputs (the SDF's ``IOPATH CLK...``) to
 their data, enable and reset inputs, plus setup. Combinational cells take their
 worst ``IOPATH``; a connection its ``INTERCONNECT`` delay. Its arrival times agree
 with nextpnr's endpoint figures to a few tens of picoseconds (it uses the same
@@ -75,6 +75,7 @@ class Timing:
         self.setup = collections.defaultdict(dict)    # cell -> {in: setup}
         self.wire = collections.defaultdict(list)     # (cell, in) -> [((cell, out), d)]
         self.types = {}
+        self._arr, self._prev = {}, {}
         for item in top:
             if not isinstance(item, list) or not item:
                 continue
@@ -110,69 +111,59 @@ class Timing:
             if src.startswith("CLK"):           # a register's clock to its output
                 self.clk_out[instance][dst] = max(d, self.clk_out[instance].get(dst, 0.0))
             else:
-                key = (_unescape(src), _unescape(dst))
-                self.iopath[instance][key] = max(d, self.iopath[instance].get(key, 0.0))
+                self.iopath[instance][(src, dst)] = max(
+                    d, self.iopath[instance].get((src, dst), 0.0))
         elif entry[0] == "INTERCONNECT":
             d = max(_delay(x) for x in entry[3:]) * scale
             self.wire[_pin(entry[2])].append((_pin(entry[1]), d))
 
-    def arrival(self):
-        """Arrival time and predecessor of every (cell, output port) and every
-        (cell, input port), by a memoised depth-first walk."""
-        arr, prev = {}, {}
-        outs_of = collections.defaultdict(list)       # (cell, out) -> [(in, d)]
-        for cell, paths in self.iopath.items():
-            for (i, o), d in paths.items():
-                outs_of[(cell, o)].append((i, d))
-
-        def visit(node, kind):
-            key = (kind, node)
-            if key in arr:
-                return arr[key]
-            stack = [(key, False)]
-            while stack:
-                (k, n), expanded = stack.pop()
-                if (k, n) in arr:
-                    continue
-                deps = self._deps(k, n, outs_of)
-                if not expanded:
-                    stack.append(((k, n), True))
-                    for dep, _ in deps:
-                        if dep not in arr:
-                            stack.append((dep, False))
-                    continue
-                best, via = 0.0, None
-                if k == "out" and n[1] in self.clk_out.get(n[0], {}):
-                    best = self.clk_out[n[0]][n[1]]
-                for dep, d in deps:
-                    t = arr.get(dep, 0.0) + d
-                    if t > best:
-                        best, via = t, dep
-                arr[(k, n)], prev[(k, n)] = best, via
-            return arr[key]
-
-        self._arr, self._prev, self._visit = arr, prev, visit
-
-    def _deps(self, kind, node, outs_of):
+    def _deps(self, key):
+        """What a node's arrival depends on: [(node, delay)]. Nodes are ("in", (cell,
+        port)) and ("out", (cell, port))."""
+        kind, (cell, port) = key
         if kind == "in":
             # Constants are not timed (nextpnr routes them as it can, at any delay).
-            return [(("out", src), d) for src, d in self.wire.get(node, [])
+            return [(("out", src), d) for src, d in self.wire.get((cell, port), [])
                     if not src[0].startswith(_CONSTANTS)]
-        cell, port = node
         if port in self.clk_out.get(cell, {}):
             return []                                   # a register's output
-        return [(("in", (cell, i)), d) for i, d in outs_of.get(node, [])]
+        return [(("in", (cell, i)), d) for (i, o), d in self.iopath.get(cell, {}).items()
+                if o == port]
+
+    def _arrival(self, key):
+        """A node's arrival time, its predecessors' first (iteratively: paths run
+        thousands of cells deep)."""
+        stack = [key]
+        while stack:
+            node = stack[-1]
+            if node in self._arr:
+                stack.pop()
+                continue
+            deps = self._deps(node)
+            todo = [dep for dep, _ in deps if dep not in self._arr]
+            if todo:
+                stack.extend(todo)
+                continue
+            kind, (cell, port) = node
+            best, via = (self.clk_out[cell][port], None) if kind == "out" and \
+                port in self.clk_out.get(cell, {}) else (0.0, None)
+            for dep, d in deps:
+                if self._arr[dep] + d > best:
+                    best, via = self._arr[dep] + d, dep
+            self._arr[node], self._prev[node] = best, via
+            stack.pop()
+        return self._arr[key]
 
     def endpoints(self):
-        """(required time, cell, port) of every input with a setup check."""
-        self.arrival()
-        out = []
-        for cell, ports in self.setup.items():
-            for port, s in ports.items():
-                out.append((self._visit((cell, port), "in") + s, cell, port))
-        return sorted(out, reverse=True)
+        """(required time, cell, port) of every input with a setup check, worst
+        first."""
+        return sorted(((self._arrival(("in", (cell, port))) + s, cell, port)
+                       for cell, ports in self.setup.items() for port, s in ports.items()),
+                      reverse=True)
 
     def path(self, cell, port):
+        """The slowest path into an endpoint (after :meth:`endpoints`), first to last:
+        (arrival, "in" or "out", (cell, port))."""
         steps = []
         key = ("in", (cell, port))
         while key is not None:

@@ -479,19 +479,21 @@ def _cell(type_, ins, outs, **params):
 
 def _core_rtlil():
     """The iCEBreaker's core (the tile and its bridge) as RTLIL, its stores built with a
-    read port each for the host and the control unit."""
+    read port each for the host and the control unit, and GMEM with the ULX3S's shared
+    ports."""
     b = board("icebreaker")
     _, divisor = b.clock_plan(None, 115200)
-    core = BoardCore(b.config, divisor=divisor, leds=b.leds, gmem_ports=b.gmem_ports,
+    core = BoardCore(b.config, divisor=divisor, leds=b.leds,
+                     gmem_ports=board("ulx3s-85f").gmem_ports,
                      store_ports="dual", trace_width=b.trace_width)
     return rtlil.convert(core, name="fusetile")
 
 
-def test_collision_patterns_name_the_instruction_stores_and_the_scratchpad():
+def test_collision_patterns_name_the_instruction_stores_the_scratchpad_and_gmem():
     """`fpga.UNDEFINED_COLLISIONS` selects the RAM read ports of the modules its
     patterns match: of the core's modules with read ports, those are the plan and
-    kernel stores and the scratchpad, and nothing else (Yosys' own run of it: the slow
-    test below)."""
+    kernel stores, the scratchpad and GMEM's shared ports, and nothing else (Yosys' own
+    run of it: the slow test below)."""
     patterns = re.findall(r"(\S+)/t:\$memrd_v2", " ".join(fpga.UNDEFINED_COLLISIONS))
     with_reads = set()
     for block in _core_rtlil().split("\nmodule ")[1:]:
@@ -500,15 +502,16 @@ def test_collision_patterns_name_the_instruction_stores_and_the_scratchpad():
             with_reads.add(name)
     assert len(with_reads) > 5      # GMEM, the counters, the trace, ...
     assert {m for m in with_reads if any(fnmatch(m, p) for p in patterns)} == {
-        "fusetile.tile.plans", "fusetile.tile.kernels", "fusetile.tile.spad"}
+        "fusetile.tile.plans", "fusetile.tile.kernels", "fusetile.tile.spad",
+        "fusetile.tile.gmem"}
 
 
 @pytest.mark.slow
-def test_only_the_instruction_stores_and_the_scratchpad_ignore_collisions(tmp_path):
+def test_only_the_stores_the_scratchpad_and_gmem_ignore_collisions(tmp_path):
     """The build's declaration that a read colliding with a write may return anything
     (`fpga.UNDEFINED_COLLISIONS`, run after Yosys reads the design) reaches the read
-    ports of the plan and kernel stores and the scratchpad's banks, every one of them,
-    and no other RAM's."""
+    ports of the plan and kernel stores, the scratchpad's banks and GMEM's shared read
+    port, every one of them, and no other RAM's."""
     (tmp_path / "core.il").write_text(_core_rtlil())
     (tmp_path / "t.ys").write_text("\n".join(
         ["read_rtlil core.il", *fpga.UNDEFINED_COLLISIONS, "proc", "write_json t.json"]))
@@ -521,7 +524,8 @@ def test_only_the_instruction_stores_and_the_scratchpad_ignore_collisions(tmp_pa
                 ports.setdefault(name, []).append(int(cell["parameters"]["COLLISION_X_MASK"], 2))
     assert {m: masks for m, masks in ports.items() if any(masks)} == {
         "fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1],
-        "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks}
+        "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks,
+        "fusetile.tile.gmem": [1]}
     assert len(ports) > 5       # GMEM, the counters, the trace, ... untouched
 
 
@@ -551,6 +555,49 @@ def test_timing_paths_ranks_the_longest_path(tmp_path):
     assert worst == pytest.approx(tp.BRAM_OUT + 2 * (tp.LUT + tp.ROUTE) + tp.SETUP)
     assert other == pytest.approx(tp.FF_OUT + tp.SETUP)       # slow_q straight back
     assert [net for _, net, _ in n.path(bit)] == ["ram_out", "mid", "d"]
+
+
+def test_sdf_paths_times_the_routed_design(tmp_path):
+    """scripts/sdf_paths.py on a hand-made SDF (the shape nextpnr writes): a block
+    RAM's clock-to-output, a route and two LUTs into a flip-flop with a setup time make
+    the worst endpoint, cell by cell; a route from a constant is not timed."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    try:
+        import sdf_paths
+    finally:
+        sys.path.pop(0)
+    sdf = tmp_path / "routed.sdf"
+    sdf.write_text("""(DELAYFILE (SDFVERSION "3.0") (DIVIDER /) (TIMESCALE 1ps)
+  (CELL (CELLTYPE "top") (INSTANCE )
+    (DELAY (ABSOLUTE
+      (INTERCONNECT ram/DOA0 l1/A (1000:1500:2000) (1000:1500:2000))
+      (INTERCONNECT src/Q l1/B (100:200:300) (100:200:300))
+      (INTERCONNECT l1/Z l2/A (400:500:600) (400:500:600))
+      (INTERCONNECT l2/Z core\\.slow_TRELLIS_FF_Q/DI (50:50:50) (50:50:50))
+      (INTERCONNECT \\$PACKER_GND/F l2/B (9000:9000:9000) (9000:9000:9000))
+      (INTERCONNECT src/Q core\\.fast_TRELLIS_FF_Q/DI (700:700:700) (700:700:700)))))
+  (CELL (CELLTYPE "DP16KD") (INSTANCE ram)
+    (DELAY (ABSOLUTE (IOPATH CLKA DOA0 (5000:5500:5830) (5000:5500:5830)))))
+  (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE src)
+    (DELAY (ABSOLUTE (IOPATH CLK Q (430:477:525) (430:477:525)))))
+  (CELL (CELLTYPE "TRELLIS_COMB") (INSTANCE l1)
+    (DELAY (ABSOLUTE (IOPATH A Z (200:230:236) (200:230:236))
+                     (IOPATH B Z (200:230:236) (200:230:236)))))
+  (CELL (CELLTYPE "TRELLIS_COMB") (INSTANCE l2)
+    (DELAY (ABSOLUTE (IOPATH A Z (200:230:236) (200:230:236))
+                     (IOPATH B Z (200:230:236) (200:230:236)))))
+  (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE core\\.slow_TRELLIS_FF_Q)
+    (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) (100:100:100) (0:0:0))))
+  (CELL (CELLTYPE "TRELLIS_FF") (INSTANCE core\\.fast_TRELLIS_FF_Q)
+    (TIMINGCHECK (SETUPHOLD (posedge DI) (posedge CLK) (0:0:0) (0:0:0)))))
+""")
+    timing = sdf_paths.Timing(sdf)
+    (worst, cell, port), (other, cell2, _) = timing.endpoints()
+    assert (cell, port, cell2) == ("core.slow_TRELLIS_FF_Q", "DI", "core.fast_TRELLIS_FF_Q")
+    assert worst == pytest.approx(5.83 + 2.0 + 0.236 + 0.6 + 0.236 + 0.05 + 0.1)
+    assert other == pytest.approx(0.525 + 0.7)
+    assert [(c, p) for _, kind, (c, p) in timing.path(cell, port) if kind == "out"] == [
+        ("ram", "DOA0"), ("l1", "Z"), ("l2", "Z")]
 
 
 def test_a_design_that_does_not_fit_is_named(tmp_path):
