@@ -10,6 +10,19 @@ from fusetile.kernels.config import TileConfig
 CONFIG = TileConfig(gmem_bytes=1024, staging_words=8)
 
 
+async def stage(ctx, dut, addrs):
+    """Speculative DMA writes of ``addrs`` (the data: each address times 3), one a
+    cycle; speculation ends with the last."""
+    ctx.set(dut.speculate, 1)
+    for addr in addrs:
+        ctx.set(dut.dma.waddr, addr)
+        ctx.set(dut.dma.wdata, addr * 3)
+        ctx.set(dut.dma.we, 1)
+        await ctx.tick()
+    ctx.set(dut.dma.we, 0)
+    ctx.set(dut.speculate, 0)
+
+
 def test_publish_waits_for_dma_reads():
     """Two speculative stores reach GMEM only on publish, in order, and never in a
     cycle in which the DMA engine reads GMEM (the port reads or writes, not both)."""
@@ -76,14 +89,7 @@ def test_discard_the_cycle_after_publish_writes_nothing():
                 writes.append(waddr)
 
     async def bench(ctx):
-        ctx.set(dut.speculate, 1)
-        for addr in (5, 9, 12):
-            ctx.set(dut.dma.waddr, addr)
-            ctx.set(dut.dma.wdata, addr * 3)
-            ctx.set(dut.dma.we, 1)
-            await ctx.tick()
-        ctx.set(dut.dma.we, 0)
-        ctx.set(dut.speculate, 0)
+        await stage(ctx, dut, (5, 9, 12))
         ctx.set(dut.publish, 1)
         await ctx.tick()
         ctx.set(dut.publish, 0)
@@ -122,14 +128,7 @@ def test_drain_takes_two_cycles_a_word_and_one_more():
             cycle += 1
 
     async def bench(ctx):
-        ctx.set(dut.speculate, 1)
-        for addr in (5, 9, 12):
-            ctx.set(dut.dma.waddr, addr)
-            ctx.set(dut.dma.wdata, addr * 0x11)
-            ctx.set(dut.dma.we, 1)
-            await ctx.tick()
-        ctx.set(dut.dma.we, 0)
-        ctx.set(dut.speculate, 0)
+        await stage(ctx, dut, (5, 9, 12))
         ctx.set(dut.publish, 1)          # in cycle 3
         await ctx.tick()
         ctx.set(dut.publish, 0)
