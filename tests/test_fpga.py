@@ -8,6 +8,7 @@ test-fpga``): they build both bitstreams and hold the figures of ``docs/fpga.md`
 what the issue asks (the ULX3S closing timing at 100 MHz, the iCEBreaker fitting).
 """
 
+import importlib
 import json
 import re
 import subprocess
@@ -529,14 +530,19 @@ def test_only_the_stores_the_scratchpad_and_gmem_ignore_collisions(tmp_path):
     assert len(ports) > 5       # GMEM, the counters, the trace, ... untouched
 
 
+def _script(name):
+    """The module of ``scripts/<name>.py`` (scripts/ is not a package)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 def test_timing_paths_ranks_the_longest_path(tmp_path):
     """scripts/timing_paths.py on a hand-made netlist: a block RAM's output through two
     LUTs into a flip-flop is slower than a flip-flop straight into another."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    try:
-        import timing_paths as tp
-    finally:
-        sys.path.pop(0)
+    tp = _script("timing_paths")
     cells = {
         "ram": _cell("DP16KD", {"CLKA": [1]}, {"DOA0": [2]}),
         "l1": _cell("LUT4", {"A": [2], "B": [3]}, {"Z": [4]}),
@@ -561,11 +567,7 @@ def test_sdf_paths_times_the_routed_design(tmp_path):
     """scripts/sdf_paths.py on a hand-made SDF (the shape nextpnr writes): a block
     RAM's clock-to-output, a route and two LUTs into a flip-flop with a setup time make
     the worst endpoint, cell by cell; a route from a constant is not timed."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    try:
-        import sdf_paths
-    finally:
-        sys.path.pop(0)
+    sdf_paths = _script("sdf_paths")
     sdf = tmp_path / "routed.sdf"
     sdf.write_text("""(DELAYFILE (SDFVERSION "3.0") (DIVIDER /) (TIMESCALE 1ps)
   (CELL (CELLTYPE "top") (INSTANCE )
