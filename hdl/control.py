@@ -106,11 +106,16 @@ class ControlUnit(wiring.Component):
     kern_rd_data : In(128)
     slot_lock : Out(1)
     locked_slot : Out(4)
-        Host writes to slot ``locked_slot`` must be refused while ``slot_lock`` is high:
-        the executing slot, and in a CALL's decode and execution cycles the slot it
-        calls (the decode tests the slot's entry, the execution reads it). Every
-        kernel store read the control unit uses is of that slot, and both come from
-        registers (no fetch or fault decision in front of the store's write enable).
+        Host writes to slot ``locked_slot`` (its instructions and its SLOT entry) must
+        be refused while ``slot_lock`` is high: the executing slot, and from a CALL's
+        execution cycle the slot it calls (the decode tests the slot's entry, the
+        execution reads it). Every kernel store read the control unit uses is of that
+        slot. Both are registers, a cycle behind the state they lock for (no fetch or
+        fault decision, nor the state's decode, in front of the host's answers).
+    slot_hold : Out(1)
+        Host writes to the kernel slots and their SLOT entries must wait while it is
+        high (a register): a plan instruction's decode cycle, which the locks, a
+        cycle behind, do not yet cover for a CALL.
     dma_push : Out(stream.Signature(QueuedDmaCommand))
         To the DMA queue.
     dma_outstanding : In(DMA_TOKENS)
@@ -201,7 +206,7 @@ class ControlUnit(wiring.Component):
             "plan_rd_data": In(64),
             "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_en": Out(1),
             "kern_rd_data": In(128),
-            "slot_lock": Out(1), "locked_slot": Out(4),
+            "slot_lock": Out(1), "locked_slot": Out(4), "slot_hold": Out(1),
             "dma_push": Out(stream.Signature(QueuedDmaCommand)),
             "dma_outstanding": In(4),
             "compute_cmd": Out(stream.Signature(ComputeCommand)),
@@ -405,13 +410,20 @@ class ControlUnit(wiring.Component):
         # active bank or, under `plan_lock_all`, either; the kernel fetches read the
         # executing slot, and a CALL's execution cycle the first micro-instruction of
         # the slot it calls, whatever it then decides (a fault, a miss). The slot's
-        # entry is locked from the CALL's decode, which tests it.
+        # entry must not change between the CALL's decode, which tests it, and its
+        # execution. The slot's lock is registered from the cycle's state (the state's
+        # decode and the wire to the host's answers were 12.3 ns of d3bfcf1's routed
+        # paths, docs/fpga.md step 36), so it covers a CALL from its execution cycle,
+        # and host writes to the slots wait out every decode cycle (`slot_hold`): a
+        # write decided there would land with the CALL's fetch, or between its test of
+        # the entry and its use.
         calling = Signal()
-        m.d.comb += [
-            calling.eq(((state == _State.PLAN_DECODE) | (state == _State.PLAN_EXEC)) &
-                       (plan.op == PlanOp.CALL)),
+        m.d.comb += calling.eq(((state == _State.PLAN_DECODE) | (state == _State.PLAN_EXEC)) &
+                               (plan.op == PlanOp.CALL))
+        m.d.sync += [
             self.slot_lock.eq(self.in_kernel | calling),
             self.locked_slot.eq(Mux(self.in_kernel, self.slot, plan.sel)),
+            self.slot_hold.eq(state == _State.PLAN_FETCH),
         ]
 
         # -- plan predecode: a cycle between fetch and execution works out where the ----
@@ -526,23 +538,26 @@ class ControlUnit(wiring.Component):
 
         # -- the operand check of compute micro-instructions ------------------------------
         # It takes the instruction register (not the kernel store's output, which
-        # leaves no room for logic after the block RAM: docs/fpga.md, step 28) in
-        # MICRO_EXEC's first cycle and answers in the second, which registers it.
+        # leaves no room for logic after the block RAM: docs/fpga.md, step 28) from
+        # MICRO_EXEC's first cycle and answers check.LATENCY cycles later, in a cycle
+        # that registers the answer.
         m.submodules.operand_check = check = OperandCheck(cfg)
         m.d.comb += [check.op.eq(micro.op), check.args.eq(micro.args),
                      check.limit.eq(self.part_limit)]
-        checking = Signal()         # the check's first stage has the instruction
-        checked = Signal()          # the instruction in MICRO_EXEC has been checked
+        # MICRO_EXEC's cycles so far, counted up to the one after the answer's.
+        check_step = Signal(range(check.LATENCY + 2))
+        checked = Signal()
+        m.d.comb += checked.eq(check_step == check.LATENCY + 1)
         check_illegal = Signal()
         check_used = Signal.like(check.used)
         check_ends = Signal.like(check.ends)
         with m.If(state != _State.MICRO_EXEC):
-            m.d.sync += [checking.eq(0), checked.eq(0)]
+            m.d.sync += check_step.eq(0)
         # Which operands end outside the slot's partition (the check's comparison),
         # registered with the ends. The extent is registered in the scratchpad: CALL
-        # sets the slot three cycles before the check's answer (MICRO_FETCH and the
-        # check's first cycle between), and the extent follows a cycle after the slot,
-        # so the check compares with the slot's own extent.
+        # sets the slot three cycles before the check takes the partition's length
+        # (MICRO_FETCH and the check's first cycle between), and the extent follows a
+        # cycle after the slot, so the check compares with the slot's own extent.
         outside = Signal(len(check_used))
         outside_end = Signal(32)    # the end of the first operand outside the partition
         for i in reversed(range(len(check_used))):
@@ -733,20 +748,21 @@ class ControlUnit(wiring.Component):
                     with m.Case(MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT,
                                 MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP,
                                 MicroOp.VARGMAX, MicroOp.VCFG):
-                        # The first two cycles check the operands (the check's two
-                        # stages; the second registers its answer). The compute unit
-                        # runs beside the sequencer, which only waits for it when it is
-                        # still busy with the previous instruction; an instruction that
-                        # fails its check faults when it would issue, so everything
-                        # before it has completed and nothing of it has happened.
-                        with m.If(~checking):
-                            m.d.sync += checking.eq(1)
-                        with m.Elif(~checked):
-                            m.d.sync += [
-                                checked.eq(1), check_illegal.eq(check.illegal),
-                                check_used.eq(check.used), check_ends.eq(check.ends),
-                                outside.eq(check.outside),
-                            ]
+                        # The first LATENCY + 1 cycles check the operands (the
+                        # check's stages; the last registers its answer). The compute
+                        # unit runs beside the sequencer, which only waits for it when
+                        # it is still busy with the previous instruction; an
+                        # instruction that fails its check faults when it would issue,
+                        # so everything before it has completed and nothing of it has
+                        # happened.
+                        with m.If(~checked):
+                            m.d.sync += check_step.eq(check_step + 1)
+                            with m.If(check_step == check.LATENCY):
+                                m.d.sync += [
+                                    check_illegal.eq(check.illegal),
+                                    check_used.eq(check.used), check_ends.eq(check.ends),
+                                    outside.eq(check.outside),
+                                ]
                         with m.Elif(compute_pending):
                             m.d.comb += self.events.stall_compute.eq(1)
                         with m.Elif(check_illegal):

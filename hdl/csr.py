@@ -29,29 +29,34 @@ class CsrBank(wiring.Component):
 
     The bank takes the registers and counters of ``memory_map`` that lie in the CSR
     window ``[0, 4 << addr_width)`` bytes (other entries, such as memory windows, are
-    ignored). Every access is answered with exactly one of ``ack`` or ``err``, one cycle
-    after it is seen, but a whole-word write to a writable register two cycles after,
-    a register read three (a counter's low word: one cycle after the counters answer):
+    ignored). The cycle an access is seen registers it (address, ``we``, ``sel``), the
+    next decodes it from there, if the master still holds it: the decode starts at
+    flip-flops of its own, not at the far end of the wire from the master (the UART
+    bridge's address register through the decode were 11.0 to 11.6 ns of the ULX3S
+    build's routed paths after step 35 of docs/fpga.md). Every access is answered with
+    exactly one of ``ack`` or ``err``, two cycles after it is seen, but a whole-word
+    write to a writable register three cycles after, a register read four (a
+    counter's low word: one cycle after the counters answer):
 
-    * a read of a register ACKs with its value (W1 fields read as 0): the cycle the
-      access is seen registers which register it is, the next one its value among
-      each group of :attr:`READ_GROUP` registers, the third the group's (the address
-      decode and the multiplexer over every register, one after the other, were the
-      ULX3S build's routed worst path, step 28 of docs/fpga.md; the multiplexer alone
-      was 19 of step 34's late endpoints);
-    * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter and
-      ACKs with bits [31:0] of its value the cycle after the answer, latching bits
-      [63:32] into a shadow register shared by all counters; a read of a ``_HI`` word
-      ACKs with the shadow (as a register read), so reading LO then HI is atomic;
+    * a read of a register ACKs with its value (W1 fields read as 0): the decode
+      registers which register it is, the next cycle its value among each group of
+      :attr:`READ_GROUP` registers, the one after the group's (the address decode and
+      the multiplexer over every register, one after the other, were the ULX3S build's
+      routed worst path, step 28; the multiplexer alone was 19 of step 34's late
+      endpoints);
+    * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter
+      (from the decode) and ACKs with bits [31:0] of its value the cycle after the
+      answer, latching bits [63:32] into a shadow register shared by all counters; a
+      read of a ``_HI`` word ACKs with the shadow (as a register read), so reading LO
+      then HI is atomic;
     * a write ACKs and updates the register's RW fields and pulses its W1 fields, if
       the register has a writable field, ``sel`` is ``0b1111`` and the register's
       :attr:`refuse` signal is low in the cycle of the answer; a refused write is
       answered with ERR, leaves the register unchanged and pulses :attr:`refused`.
-      Either answer comes two cycles after the access is seen: the first cycle
-      registers which register it is, the second writes it or
-      refuses it (the address decode and the refusal in front of the enables of every
-      field, one after the other, were 220 of the ULX3S build's late endpoints,
-      step 33);
+      Either answer comes three cycles after the access is seen: the decode registers
+      which register it is, the cycle after writes it or refuses it (the address
+      decode and the refusal in front of the enables of every field, one after the
+      other, were 220 of the ULX3S build's late endpoints, step 33);
     * writes to counters or to registers without writable fields, writes with a partial
       ``sel``, and any access to an address with no register are answered with ERR.
 
@@ -68,6 +73,9 @@ class CsrBank(wiring.Component):
         Pulses for one cycle (the cycle of the ERR) when a write was refused.
     refused_addr : Out(addr_width)
         Word address of the last refused write (valid from the cycle ``refused`` is high).
+    hold : In(1)
+        While high, a write that would be performed or refused waits: the cycles a
+        :attr:`refuse` does not cover yet (the control unit's ``slot_hold``).
     fields : dict of str to dict of str to Signal
         ``fields[register][field]``, ``Signal(field.width)``. RW: the bank drives it
         (the field's storage). R: the parent drives it (0 if left undriven). W1: the
@@ -133,6 +141,7 @@ class CsrBank(wiring.Component):
             "bus": In(wishbone.Signature(addr_width=addr_width)),
             "refused": Out(1),
             "refused_addr": Out(addr_width),
+            "hold": In(1),
         }
         if self._counters:
             members["counter_read"] = Out(CounterReadSignature(count=len(self._counters)))
@@ -157,6 +166,11 @@ class CsrBank(wiring.Component):
         shadow = Signal(32)
         # A counter's LO word is being read: the access waits for the counters.
         counting = Signal()
+        # The access as it was seen a cycle ago (the master holds it until the answer).
+        seen = Signal()
+        adr = Signal.like(bus.adr, name="seen_adr")
+        we = Signal(name="seen_we")
+        sel = Signal.like(bus.sel, name="seen_sel")
 
         m.d.sync += [bus.ack.eq(0), bus.err.eq(0), self.refused.eq(0)]
         m.d.sync += [strobe.eq(0) for strobe in self.read_strobe.values()]
@@ -195,10 +209,11 @@ class CsrBank(wiring.Component):
             m.d.sync += [reading.eq(1), read_sel.eq(index)]
 
         # A write to a register likewise names it in `write_sel` and is performed or
-        # refused from there a cycle later (the master holds `dat_w` until the answer).
+        # refused from there a cycle later, or later while `hold` is high (the master
+        # holds `dat_w` until the answer).
         writing = Signal()
         write_sel = Signal(range(len(self._registers)))
-        with m.If(writing):
+        with m.If(writing & ~self.hold):
             m.d.sync += writing.eq(0)
             with m.Switch(write_sel):
                 for index, entry in enumerate(self._registers):
@@ -208,14 +223,11 @@ class CsrBank(wiring.Component):
                     with m.Case(index):
                         with m.If(self.refuse[reg.name]):
                             m.d.sync += [bus.err.eq(1), self.refused.eq(1),
-                                         self.refused_addr.eq(bus.adr)]
+                                         self.refused_addr.eq(adr)]
                         with m.Else():
                             m.d.sync += bus.ack.eq(1)
                             self._write(m, reg)
 
-        # Any other access is answered in the cycle after it is seen; the cycles of the
-        # answer (and of a read's or a write's selection) are ignored so that the same
-        # access is not answered twice.
         if self._counters:
             ctr = self.counter_read
             m.d.sync += ctr.stb.eq(0)
@@ -223,16 +235,27 @@ class CsrBank(wiring.Component):
                 answer_read(ctr.data[:32])
                 m.d.sync += [shadow.eq(ctr.data[32:]), counting.eq(0)]
 
-        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~counting & ~reading & ~answering &
-                  ~writing):
-            with m.Switch(bus.adr):
+        # An access is registered the cycle it is seen (`seen`) and decoded from there
+        # the cycle after, if the master still holds it (one that was withdrawn is not
+        # decoded from its stale address). The cycles of the decode, of the answer and
+        # of a read's or a write's selection are ignored so that the same access is not
+        # answered twice.
+        m.d.sync += seen.eq(0)
+        with m.If(bus.cyc & bus.stb & ~bus.ack & ~bus.err & ~seen & ~counting & ~reading &
+                  ~answering & ~writing):
+            m.d.sync += [seen.eq(1), adr.eq(bus.adr), we.eq(bus.we), sel.eq(bus.sel)]
+
+        # The decode. Anything but a read of a register or a counter's word, or a
+        # whole-word write to a writable register, is answered with ERR the cycle after.
+        with m.If(seen & bus.cyc & bus.stb):
+            with m.Switch(adr):
                 for index, entry in enumerate(self._registers):
                     reg = entry.item
                     with m.Case(entry.addr // 4):
-                        with m.If(~bus.we):
+                        with m.If(~we):
                             read_register(index)
                         if reg.writable:
-                            with m.Elif(bus.sel != 0b1111):
+                            with m.Elif(sel != 0b1111):
                                 m.d.sync += bus.err.eq(1)
                             with m.Else():
                                 m.d.sync += [writing.eq(1), write_sel.eq(index)]
@@ -242,12 +265,12 @@ class CsrBank(wiring.Component):
 
                 for index, entry in enumerate(self._counters):
                     with m.Case(entry.addr // 4):
-                        with m.If(~bus.we):
+                        with m.If(~we):
                             m.d.sync += [ctr.stb.eq(1), ctr.index.eq(index), counting.eq(1)]
                         with m.Else():
                             m.d.sync += bus.err.eq(1)
                     with m.Case(entry.addr // 4 + 1):
-                        with m.If(~bus.we):
+                        with m.If(~we):
                             read_register(len(values) - 1)
                         with m.Else():
                             m.d.sync += bus.err.eq(1)

@@ -24,26 +24,28 @@ _END_BITS = 32   # a_addr + (k - 1) * a_stride < 2**32 for 16-bit fields
 
 
 class OperandCheck(wiring.Component):
-    """Legality and operand ends of one compute micro-instruction, a cycle later.
+    """Legality and operand ends of one compute micro-instruction, three cycles later.
 
     The ends are those of :func:`fusetile.kernels.operands.operand_ends`, in the same
     order; ``used`` marks which of the ``MAX_OPERANDS`` entries an instruction has
     (none for a no-op or VCFG). Two multipliers are shared between the instructions
     with strided operands (MATMUL's two operands, VPOOL's input, REQUANT's output).
 
-    Two stages: the control unit gives it the instruction register in the first
-    cycle the instruction executes and has the answer in the second (in one stage
-    the multiply and the adds after it were one of the tile's longest paths; fed from
-    the kernel store's output, the first stage came after a block RAM's
-    clock-to-output). The first stage registers what each operand
-    needs, straight from the instruction: its base, and either a small extra (``n -
-    1``, a parameter block's last word) or which of the two products it adds, the two
-    products (count x stride, multiplied in this stage) and whether the instruction
-    is illegal. The second adds, combinationally from those registers, and compares
-    each operand's extent past its base with the room its partition leaves after the
-    base (``limit - base``, worked out beside the adds): ``base + extent >= limit``
-    with the base's adder off the comparison's path (the ULX3S build's worst path was
-    the multiply, both adds and the comparison, one after the other).
+    Four stages: the control unit gives it the instruction register in the first
+    cycle the instruction executes and registers the answer in the fourth (fed from the
+    kernel store's output, the first stage came after a block RAM's clock-to-output).
+    The first registers what each operand needs, straight from the instruction: its
+    base, and either a small extra (``n - 1``, a parameter block's last word) or which
+    of the two products it adds, and whether the instruction is illegal; the two
+    multipliers take their operands (count x stride) into the DSP blocks' input
+    registers. The second multiplies, into the blocks' product registers. The third
+    registers each operand's extent past its base (its products added, or its extra)
+    and the room its partition leaves after the base (``limit - base``). The fourth,
+    combinational from those registers, compares them, ``base + extent >= limit`` with
+    the base's adder off the comparison's path, and adds the ends. (In two stages the
+    products' adds and the comparison after them, and the instruction's decode in
+    front of the multipliers, were the ULX3S build's worst paths, 12.1 to 12.4 ns at
+    d3bfcf1: docs/fpga.md, step 36.)
 
     Parameters
     ----------
@@ -56,19 +58,22 @@ class OperandCheck(wiring.Component):
     args : In(MicroArgs)
         The micro-instruction.
     illegal : Out(1)
-        An operand of the instruction of the previous cycle is out of its range
+        An operand of the instruction is out of its range
         (VPOOL ``window`` 0; VARGMAX ``n`` 0, ``lane`` >= ``word_bytes`` with ``column``
         or not 0 without it, ``flag`` or ``expect`` not 0 without ``test``; VCFG of a
         register that does not exist); ``ends`` and ``used`` are then meaningless.
     used : Out(MAX_OPERANDS)
     ends : Out(ArrayLayout(32, MAX_OPERANDS))
-        The largest partition offset each operand of the instruction of the previous
-        cycle touches.
+        The largest partition offset each operand of the instruction touches.
     limit : In(17)
-        The executing partition's length, in the cycle after the instruction.
+        The executing partition's length, two cycles after the instruction.
     outside : Out(MAX_OPERANDS)
         The operands in ``used`` whose end is at or past ``limit``.
     """
+
+    #: The answer is valid ``LATENCY`` cycles after the instruction is first given, for
+    #: as long as it is held.
+    LATENCY = 3
 
     def __init__(self, config):
         if not isinstance(config, TileConfig):
@@ -90,17 +95,14 @@ class OperandCheck(wiring.Component):
         R, W = cfg.rows, cfg.word_bytes
         a = self.args
 
-        # Stage 1 (registers): the two products, count x stride (the multipliers are
-        # here, between registers: in stage 2, a multiplier before the adds and the
-        # comparison was the longest path of the ULX3S's netlist after step 28's
-        # first changes), and per operand its base, its small extra and which
-        # products it adds.
+        # Stage 1 (registers): per operand its base, its small extra and which products
+        # it adds; the multipliers' operands, count and stride, into the DSP blocks'
+        # input registers. Stage 2: the products (the blocks' product registers).
         count = [Signal(16, name=f"count{i}") for i in range(2)]
         stride = [Signal(16, name=f"stride{i}") for i in range(2)]
         product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
         for i in range(2):
-            # The product register: on an ECP5 the DSP block's own.
-            m.submodules[f"mul{i}"] = mul = Multiplier(16, 16, latency=1)
+            m.submodules[f"mul{i}"] = mul = Multiplier(16, 16, latency=2)
             m.d.comb += [mul.a.eq(count[i]), mul.b.eq(stride[i]), product[i].eq(mul.p)]
         base = [Signal(16, name=f"base{i}") for i in range(MAX_OPERANDS)]
         extra = [Signal(16, name=f"extra{i}") for i in range(MAX_OPERANDS)]
@@ -170,20 +172,20 @@ class OperandCheck(wiring.Component):
                 m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
                                        max(r.value for r in VectorCfg))
 
-        # Stage 2 (combinational): each operand's extent past its base (its products
-        # or its extra, never both, so the two are ORed), the ends and which are
-        # outside. (No sum overflows 32 bits: the largest, MATMUL's, is below
-        # (2**16 - 1) * 2**16.)
+        # Stage 3 (registers): each operand's extent past its base (its products or
+        # its extra, never both, so the two are ORed) and the room its partition leaves
+        # after the base. Stage 4 (combinational): the ends and which are outside. (No
+        # sum overflows 32 bits: the largest, MATMUL's, is below (2**16 - 1) * 2**16.)
         outside = []
         for i in range(MAX_OPERANDS):
             added = Mux(adds[i][0], product[0], 0) + Mux(adds[i][1], product[1], 0)
             extent = Signal(_END_BITS, name=f"extent{i}")
             room = Signal(range(-(1 << 16), 1 << 17), name=f"room{i}")
-            m.d.comb += [
+            m.d.sync += [
                 extent.eq(added[:_END_BITS] | extra[i]),
                 room.eq(self.limit - base[i]),
-                self.ends[i].eq(base[i] + extent),
             ]
+            m.d.comb += self.ends[i].eq(base[i] + extent)
             outside.append(used[i] & at_least(extent, room))
         m.d.comb += [self.used.eq(used), self.illegal.eq(illegal),
                      self.outside.eq(Cat(*outside))]

@@ -177,6 +177,7 @@ class Tile(wiring.Component):
             ctrl.kern_rd_data.eq(kernels.rd_data),
             kernels.lock.eq(ctrl.slot_lock),
             kernels.locked_slot.eq(ctrl.locked_slot),
+            kernels.hold.eq(ctrl.slot_hold),
 
             trace.push.eq(ctrl.trace_push),
             trace.record.eq(ctrl.trace_record),
@@ -261,6 +262,10 @@ class Tile(wiring.Component):
                 ctrl.slot_part[i].eq(f[f"SLOT[{i}]"]["part"]),
                 csr.refuse[f"SLOT[{i}]"].eq(ctrl.slot_lock & (ctrl.locked_slot == i)),
             ]
+        # The slot's lock covers a CALL from its execution cycle; its decode, which
+        # tests the slot's entry, holds the host's writes (every register's: one
+        # cycle).
+        m.d.comb += csr.hold.eq(ctrl.slot_hold)
 
         # -- refused writes -------------------------------------------------------------
         refused = Signal()

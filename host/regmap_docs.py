@@ -144,8 +144,8 @@ def markdown(config=TileConfig()):
       f"(hardware profile `{config.profile_hash}`). Addresses are byte addresses from the "
       f"tile's base. The bus is Wishbone B4 classic with 32-bit data and word addresses "
       f"(`adr` = byte address >> 2); an access to an address nothing decodes is answered "
-      f"with ERR. A register write is answered two cycles after it is seen, a register "
-      f"read three.")
+      f"with ERR. A register write is answered three cycles after it is seen, a register "
+      f"read four.")
     w("")
     w("Access: **R** read-only (driven by the hardware), **RW** read-write storage, "
       "**W1** write 1 to trigger (reads as 0). Fields named `_...` are reserved.")
@@ -245,7 +245,7 @@ def markdown(config=TileConfig()):
     w("Each counter is 64 bits wide: `_LO` (bits 31:0) at the address given, `_HI` "
       "(bits 63:32) at +4. Reading `_LO` latches `_HI`, so a read of LO then HI is atomic. "
       "`PERF_CTRL` freezes and clears them all. The counters are kept in a RAM: a read of "
-      "`_LO` is answered 4 to 9 cycles after it is seen, a read of `_HI` in three.")
+      "`_LO` is answered 5 to 10 cycles after it is seen, a read of `_HI` in four.")
     w("")
     w("| LO address | HI address | Counter | Host name | Description |")
     w("|---|---|---|---|---|")

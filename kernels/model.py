@@ -39,7 +39,7 @@ the vector unit may differ): the compute unit runs beside the sequencer, as the 
 engine does, through a command register (as in the RTL), and the sequencer sees the
 unit's busy a cycle late. A compute micro-instruction issues when the register is empty
 and the unit was idle the cycle before (else the sequencer stalls, counted in
-``stall_compute``), retires in 4 cycles (fetch, two of check, issue) and goes into the
+``stall_compute``), retires in 6 cycles (fetch, four of check, issue) and goes into the
 register; the unit takes it the next cycle, when it takes effect at once (all of it),
 and is busy for the next ``extra`` cycles. ``WAIT`` with ``compute`` and ``RET`` wait
 as an issue does:
@@ -68,7 +68,7 @@ MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation c
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
 register map may not have).
 
-A compute micro-instruction spends its first two execute cycles on the operand check of
+A compute micro-instruction spends its first four execute cycles on the operand check of
 :mod:`fusetile.kernels.operands` (as the control unit does): an illegal operand
 (ILLEGAL_MICRO) or an operand that does not fit in the slot's partition (PARTITION,
 address = the end of the first such operand, partition = the slot's) faults in the
@@ -215,8 +215,9 @@ class _Transfer:
 (_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH, _PLAN_DECODE,
  _ROLLBACK) = range(9)
 
-#: Cycles a compute micro-instruction spends in the operand check (its two stages).
-_CHECK_CYCLES = 2
+#: Cycles a compute micro-instruction spends in the operand check (its four stages:
+#: ``OperandCheck.LATENCY`` + 1, the last registering the answer).
+_CHECK_CYCLES = 4
 
 _COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
                           MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
@@ -844,7 +845,7 @@ class TileModel:
                     goto(self.plan_pc + 1)
             elif op in _COMPUTE_OPS:
                 if self._checked < _CHECK_CYCLES:
-                    # Its first cycles check the operands (the RTL's two stages).
+                    # Its first cycles check the operands (the RTL's stages).
                     tr["_checked"] = self._checked + 1
                 elif compute_pending:
                     ev.stall_compute = 1

@@ -8,8 +8,9 @@ programs simulate this tile, which fails the simulation at the first cycle that 
 the contract:
 
 * the instruction stores: a read the control unit uses (``*_rd_en``) is of a bank or
-  slot whose host writes the store refuses in that cycle and in the one before (a
-  host write is posted: it lands the cycle after it is decided; ``hdl/stores.py``);
+  slot whose host writes the store refuses in that cycle and in the one before, or
+  holds in the one before (a host write is posted: it lands the cycle after it is
+  decided; ``hdl/stores.py``);
 * the units' own partition tests (``hdl/dma.py``, ``hdl/compute.py``) agree with the
   scratchpad's: no unit presents an access that the scratchpad finds outside the
   partition;
@@ -41,17 +42,23 @@ class CheckedTile(Tile):
         plan_lock_all_1 = Signal(name="plan_lock_all_1")
         slot_lock_1 = Signal(name="slot_lock_1")
         locked_slot_1 = Signal(4, name="locked_slot_1")
+        slot_hold_1 = Signal(name="slot_hold_1")
         m.d.sync += [active_bank_1.eq(ctrl.active_bank), plan_lock_all_1.eq(ctrl.plan_lock_all),
-                     slot_lock_1.eq(ctrl.slot_lock), locked_slot_1.eq(ctrl.locked_slot)]
+                     slot_lock_1.eq(ctrl.slot_lock), locked_slot_1.eq(ctrl.locked_slot),
+                     slot_hold_1.eq(ctrl.slot_hold)]
         with m.If(ctrl.plan_rd_en):
             for bank, lock_all in ((ctrl.active_bank, ctrl.plan_lock_all),
                                    (active_bank_1, plan_lock_all_1)):
                 m.d.comb += Assert((ctrl.plan_rd_bank == bank) | lock_all,
                                    "a plan fetch from a bank the host may write")
         with m.If(ctrl.kern_rd_en):
-            for lock, slot in ((ctrl.slot_lock, ctrl.locked_slot), (slot_lock_1, locked_slot_1)):
-                m.d.comb += Assert(lock & (slot == ctrl.kern_rd_slot),
-                                   "a kernel fetch from a slot the host may write")
+            m.d.comb += [
+                Assert(ctrl.slot_lock & (ctrl.locked_slot == ctrl.kern_rd_slot),
+                       "a kernel fetch from a slot the host may write"),
+                Assert(slot_hold_1 | slot_lock_1 & (locked_slot_1 == ctrl.kern_rd_slot),
+                       "a kernel fetch of a word the host may have written in the cycle "
+                       "before"),
+            ]
         for name in spad.PORTS:
             port = getattr(spad, name)
             with m.If(port.en):

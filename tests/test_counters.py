@@ -178,6 +178,35 @@ def test_flushes_keep_up_with_back_to_back_reads():
     run(dut, bench)
 
 
+def test_each_counter_reads_its_own():
+    """Counters in several groups of the read's pending-count selection (the last one
+    part-filled), a register among them, each counting its own amount: every read
+    returns its counter's count, frozen or running."""
+    names = [f"E{i}" for i in range(10)] + ["CYCLES"] + [f"E{i}" for i in range(10, 19)]
+    ram = [n for n in names if n != "CYCLES"]
+    assert len(ram) > 2 * PerfCounters.READ_GROUP
+    dut = PerfCounters(names, inc_width=5, immediate=["CYCLES"])
+
+    async def bench(ctx):
+        for i, n in enumerate(ram):
+            ctx.set(dut.inc[n], i + 1)
+        ctx.set(dut.inc["CYCLES"], 1)
+        await ctx.tick().repeat(40)
+        for n in names:
+            # A read counts the events up to a cycle between its stb and its ack.
+            stb = ctx.get(dut.value["CYCLES"])
+            value, cycles = await read(ctx, dut, n)
+            rate = 1 if n == "CYCLES" else ram.index(n) + 1
+            assert value % rate == 0 and stb <= value // rate <= stb + cycles, (n, value)
+        ctx.set(dut.freeze, 1)
+        await ctx.tick()
+        cycles = ctx.get(dut.value["CYCLES"])
+        assert await read_all(ctx, dut, names) == \
+            [cycles * (1 if n == "CYCLES" else ram.index(n) + 1) for n in names]
+
+    run(dut, bench)
+
+
 def test_read_signature():
     sig = CounterReadSignature(count=5)
     assert sig == CounterReadSignature(count=5) and sig != CounterReadSignature(count=6)

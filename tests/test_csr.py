@@ -292,8 +292,9 @@ def test_counter_read_waits_for_the_counters():
             ctx.set(bank.bus.stb, 0)
             ctx.set(bank.bus.cyc, 0)
             await ctx.tick()
-            # Seen, the counters asked, their answer ``delay`` cycles on, then the ACK.
-            assert cycles == delay + 2
+            # Seen, decoded, the counters asked, their answer ``delay`` cycles on, then
+            # the ACK.
+            assert cycles == delay + 3
         assert await wb_read(ctx, bank.bus, word("MACS", hi=True)) == (0x01234567, "ack")
 
     run(bank, bench, monitors=[counter_responder(bank, {"MACS": 0x01234567_89ABCDEF},
@@ -317,14 +318,16 @@ def test_errors():
             assert MM.lookup(adr * 4) is None
             assert await wb_read(ctx, bank.bus, adr) == (0, "err")
             assert await wb_write(ctx, bank.bus, adr, 0) == "err"
-        # One answer per access: ERR for one cycle, then nothing while stb stays high.
+        # One answer per access: seen, decoded, ERR for one cycle, then nothing while
+        # stb stays high.
         ctx.set(bank.bus.cyc, 1)
         ctx.set(bank.bus.stb, 1)
         ctx.set(bank.bus.adr, 0x3FF)
-        await ctx.tick()
-        assert ctx.get(bank.bus.err) and not ctx.get(bank.bus.ack)
-        await ctx.tick()
-        assert not ctx.get(bank.bus.err) and not ctx.get(bank.bus.ack)
+        answers = []
+        for _ in range(4):
+            await ctx.tick()
+            answers.append((ctx.get(bank.bus.ack), ctx.get(bank.bus.err)))
+        assert answers == [(0, 0), (0, 1), (0, 0), (0, 0)]
         ctx.set(bank.bus.stb, 0)
 
     run(bank, bench)
@@ -382,16 +385,17 @@ def test_converts_to_verilog():
 
 
 def test_answer_latency():
-    """A register write is answered two cycles after it is seen, a read three (the
-    read's value is selected within its group of registers, then among the groups)."""
+    """A register write is answered three cycles after it is seen, a read four (the
+    access is registered, decoded, then the read's value is selected within its group
+    of registers, then among the groups), an ERR from the decode two."""
     bank = CsrBank(MM)
 
-    async def answered_after(ctx, addr, we, data=0):
+    async def answered_after(ctx, addr, we, data=0, sel=0b1111):
         bus = bank.bus
         ctx.set(bus.adr, addr)
         ctx.set(bus.we, we)
         ctx.set(bus.dat_w, data)
-        ctx.set(bus.sel, 0b1111)
+        ctx.set(bus.sel, sel)
         ctx.set(bus.cyc, 1)
         ctx.set(bus.stb, 1)
         cycles = 0
@@ -411,9 +415,163 @@ def test_answer_latency():
         assert len(registers) > 2 * CsrBank.READ_GROUP
         for entry in registers:
             cycles, _, ok = await answered_after(ctx, entry.addr // 4, 0)
-            assert (cycles, ok) == (3, 1), entry.item.name
+            assert (cycles, ok) == (4, 1), entry.item.name
         pattern = reg("WATCHDOG").pack(limit=0x1234)
-        assert await answered_after(ctx, word("WATCHDOG"), 1, pattern) == (2, 0, 1)
-        assert await answered_after(ctx, word("WATCHDOG"), 0) == (3, pattern, 1)
+        assert await answered_after(ctx, word("WATCHDOG"), 1, pattern) == (3, 0, 1)
+        assert await answered_after(ctx, word("WATCHDOG"), 0) == (4, pattern, 1)
+        for addr, we, sel in ((word("WATCHDOG"), 1, 0b0111), (word("ID"), 1, 0b1111),
+                              (0x3FF, 0, 0b1111)):
+            cycles, _, ok = await answered_after(ctx, addr, we, sel=sel)
+            assert (cycles, ok) == (2, 0)
+
+    run(bank, bench)
+
+
+def test_back_to_back_accesses():
+    """A master that keeps ``cyc`` and ``stb`` high and presents its next access the
+    cycle after an answer (it holds the last one through the answer's cycle) gets each
+    answered once, from its own address."""
+    bank = CsrBank(MM)
+    bus = bank.bus
+    log = []
+
+    async def bench(ctx):
+        await ctx.tick()
+        accesses = [(word("WATCHDOG"), 1, 0x55), (word("ID"), 0, 0), (0x3FF, 0, 0),
+                    (word("WATCHDOG"), 0, 0), (word("ID"), 1, 0), (word("PART[1]"), 1, 0x77),
+                    (word("PART[1]"), 0, 0)]
+        ctx.set(bank.fields["ID"]["magic"], 0x4654494C)
+        ctx.set(bus.cyc, 1)
+        ctx.set(bus.stb, 1)
+        ctx.set(bus.sel, 0b1111)
+        for adr, we, data in accesses:
+            ctx.set(bus.adr, adr)
+            ctx.set(bus.we, we)
+            ctx.set(bus.dat_w, data)
+            cycles = 0
+            while True:
+                await ctx.tick()
+                cycles += 1
+                ack, err = ctx.get(bus.ack), ctx.get(bus.err)
+                if ack or err:
+                    log.append((cycles, ack, ctx.get(bus.dat_r) if ack and not we else None))
+                    await ctx.tick()
+                    break
+        ctx.set(bus.cyc, 0)
+        ctx.set(bus.stb, 0)
+        for _ in range(6):
+            await ctx.tick()
+            assert not (ctx.get(bus.ack) or ctx.get(bus.err))
+        assert log == [(3, 1, None), (4, 1, 0x4654494C), (2, 0, None), (4, 1, 0x55),
+                       (2, 0, None), (3, 1, None), (4, 1, 0x77)]
+
+    run(bank, bench)
+
+
+def test_withdrawn_access_is_not_decoded():
+    """An access the master drops the cycle after it is seen is neither answered nor
+    performed, and the next one is decoded from its own address."""
+    bank = CsrBank(MM)
+    bus = bank.bus
+    log = []
+    monitor = pulse_monitor({"ack": bus.ack, "err": bus.err}, log)
+
+    async def bench(ctx):
+        await ctx.tick()
+        ctx.set(bus.cyc, 1)
+        ctx.set(bus.stb, 1)
+        ctx.set(bus.we, 1)
+        ctx.set(bus.sel, 0b1111)
+        ctx.set(bus.adr, word("WATCHDOG"))
+        ctx.set(bus.dat_w, 0x99)
+        await ctx.tick()
+        ctx.set(bus.cyc, 0)
+        ctx.set(bus.stb, 0)
+        ctx.set(bus.we, 0)
+        await ctx.tick().repeat(5)
+        assert log == []
+        assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 0
+        assert await wb_read(ctx, bus, 0x3FF) == (0, "err")
+        assert await wb_read(ctx, bus, word("WATCHDOG")) == (0, "ack")
+
+    run(bank, bench, monitors=[monitor])
+
+
+def test_refuse_in_the_cycle_of_the_answer():
+    """A write is refused if ``refuse`` is high in the cycle its answer is decided (the
+    cycle before the ERR), whatever it was in the cycles before."""
+    bank = CsrBank(MM)
+    bus = bank.bus
+    refuse = bank.refuse["WATCHDOG"]
+
+    async def bench(ctx):
+        await ctx.tick()
+        for high in (0, 1, 2, None):
+            ctx.set(bus.cyc, 1)
+            ctx.set(bus.stb, 1)
+            ctx.set(bus.we, 1)
+            ctx.set(bus.sel, 0b1111)
+            ctx.set(bus.adr, word("WATCHDOG"))
+            ctx.set(bus.dat_w, 10 + (high or 0))
+            cycle = 0
+            while not (ctx.get(bus.ack) or ctx.get(bus.err)):
+                ctx.set(refuse, cycle == high)
+                await ctx.tick()
+                cycle += 1
+            refused = ctx.get(bus.err)
+            assert cycle == 3
+            assert refused == (high == 2), high
+            assert ctx.get(bank.refused) == refused
+            ctx.set(refuse, 0)
+            ctx.set(bus.cyc, 0)
+            ctx.set(bus.stb, 0)
+            await ctx.tick()
+            if not refused:
+                assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 10 + (high or 0)
+        assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 10
+
+    run(bank, bench)
+
+
+def test_hold_delays_the_deciding_cycle():
+    """A write waits while ``hold`` is high in its deciding cycle, and is then performed
+    or refused by ``refuse`` as it is in the cycle it goes on; reads do not wait."""
+    bank = CsrBank(MM)
+    bus = bank.bus
+    refuse = bank.refuse["WATCHDOG"]
+
+    async def write(ctx, data, held, refused):
+        ctx.set(bus.cyc, 1)
+        ctx.set(bus.stb, 1)
+        ctx.set(bus.we, 1)
+        ctx.set(bus.sel, 0b1111)
+        ctx.set(bus.adr, word("WATCHDOG"))
+        ctx.set(bus.dat_w, data)
+        cycle = 0
+        while not (ctx.get(bus.ack) or ctx.get(bus.err)):
+            # Held in the deciding cycle (the third) and `held` - 1 more; the refusal
+            # is up only while held.
+            hold = 2 <= cycle < 2 + held
+            ctx.set(bank.hold, hold)
+            ctx.set(refuse, hold or (refused and cycle == 2 + held))
+            await ctx.tick()
+            cycle += 1
+        answer = ctx.get(bus.ack), ctx.get(bus.err)
+        ctx.set(bank.hold, 0)
+        ctx.set(refuse, 0)
+        ctx.set(bus.cyc, 0)
+        ctx.set(bus.stb, 0)
+        await ctx.tick()
+        return cycle, answer
+
+    async def bench(ctx):
+        await ctx.tick()
+        assert await write(ctx, 5, held=0, refused=False) == (3, (1, 0))
+        assert await write(ctx, 6, held=2, refused=False) == (5, (1, 0))
+        assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 6
+        assert await write(ctx, 7, held=1, refused=True) == (4, (0, 1))
+        assert ctx.get(bank.fields["WATCHDOG"]["limit"]) == 6
+        ctx.set(bank.hold, 1)
+        assert await wb_read(ctx, bus, word("WATCHDOG")) == (6, "ack")
 
     run(bank, bench)

@@ -221,6 +221,21 @@ def test_kernel_round_trip_lock_and_range():
         ctx.set(dut.lock, 0)
         assert await wb_write(ctx, dut.bus, span + 4, 9) == "ack"
         assert await wb_read(ctx, dut.bus, span + 4) == (9, "ack")
+        # While `hold` is high a write waits, unanswered; a read does not.
+        ctx.set(dut.hold, 1)
+        ctx.set(dut.bus.cyc, 1); ctx.set(dut.bus.stb, 1); ctx.set(dut.bus.we, 1)
+        ctx.set(dut.bus.adr, span + 4); ctx.set(dut.bus.dat_w, 11); ctx.set(dut.bus.sel, 0xF)
+        for _ in range(3):
+            await ctx.tick()
+            assert not ctx.get(dut.bus.ack) and not ctx.get(dut.bus.err)
+        ctx.set(dut.hold, 0)
+        await ctx.tick()
+        assert ctx.get(dut.bus.ack)
+        ctx.set(dut.bus.stb, 0); ctx.set(dut.bus.cyc, 0)
+        await ctx.tick()
+        ctx.set(dut.hold, 1)
+        assert await wb_read(ctx, dut.bus, span + 4) == (11, "ack")
+        ctx.set(dut.hold, 0)
 
     run(dut, bench)
 
