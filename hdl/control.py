@@ -539,30 +539,27 @@ class ControlUnit(wiring.Component):
         # -- the operand check of compute micro-instructions ------------------------------
         # It takes the instruction register (not the kernel store's output, which
         # leaves no room for logic after the block RAM: docs/fpga.md, step 28) from
-        # MICRO_EXEC's first cycle and answers check.LATENCY cycles later, in a cycle
-        # that registers the answer.
+        # MICRO_EXEC's first cycle, and its answer is registered here in the cycle it
+        # is valid.
         m.submodules.operand_check = check = OperandCheck(cfg)
         m.d.comb += [check.op.eq(micro.op), check.args.eq(micro.args),
                      check.limit.eq(self.part_limit)]
-        # MICRO_EXEC's cycles so far, counted up to the one after the answer's.
-        check_step = Signal(range(check.LATENCY + 2))
-        checked = Signal()
-        m.d.comb += checked.eq(check_step == check.LATENCY + 1)
+        check_started = Signal()    # the check has the instruction in MICRO_EXEC
+        checked = Signal()          # ... and its answer is registered
         check_illegal = Signal()
-        check_used = Signal.like(check.used)
-        check_ends = Signal.like(check.ends)
         with m.If(state != _State.MICRO_EXEC):
-            m.d.sync += check_step.eq(0)
+            m.d.sync += [check_started.eq(0), checked.eq(0)]
         # Which operands end outside the slot's partition (the check's comparison),
-        # registered with the ends. The extent is registered in the scratchpad: CALL
-        # sets the slot three cycles before the check takes the partition's length
-        # (MICRO_FETCH and the check's first cycle between), and the extent follows a
-        # cycle after the slot, so the check compares with the slot's own extent.
-        outside = Signal(len(check_used))
+        # registered. The extent is registered in the scratchpad: CALL sets the slot
+        # three cycles before the check takes the partition's length (MICRO_FETCH and
+        # the check's first cycle between), and the extent follows a cycle after the
+        # slot, so the check compares with the slot's own extent. The ends are the
+        # check's registers, valid from the cycle after its answer.
+        outside = Signal.like(check.outside)
         outside_end = Signal(32)    # the end of the first operand outside the partition
-        for i in reversed(range(len(check_used))):
+        for i in reversed(range(len(outside))):
             with m.If(outside[i]):
-                m.d.comb += outside_end.eq(check_ends[i])
+                m.d.comb += outside_end.eq(check.ends[i])
         # -- the compute unit's command register ------------------------------------------
         # A compute micro-instruction goes to the compute unit through a register, and
         # the sequencer sees the unit's `busy` through one: neither way is combinational
@@ -748,21 +745,20 @@ class ControlUnit(wiring.Component):
                     with m.Case(MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT,
                                 MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP,
                                 MicroOp.VARGMAX, MicroOp.VCFG):
-                        # The first LATENCY + 1 cycles check the operands (the
-                        # check's stages; the last registers its answer). The compute
+                        # The first cycles check the operands (the check's stages;
+                        # the last registers its answer: 3, VPOOL 4). The compute
                         # unit runs beside the sequencer, which only waits for it when
                         # it is still busy with the previous instruction; an
                         # instruction that fails its check faults when it would issue,
                         # so everything before it has completed and nothing of it has
                         # happened.
-                        with m.If(~checked):
-                            m.d.sync += check_step.eq(check_step + 1)
-                            with m.If(check_step == check.LATENCY):
-                                m.d.sync += [
-                                    check_illegal.eq(check.illegal),
-                                    check_used.eq(check.used), check_ends.eq(check.ends),
-                                    outside.eq(check.outside),
-                                ]
+                        with m.If(~check_started):
+                            m.d.comb += check.start.eq(1)
+                            m.d.sync += check_started.eq(1)
+                        with m.Elif(~checked):
+                            with m.If(check.valid):
+                                m.d.sync += [checked.eq(1), check_illegal.eq(check.illegal),
+                                             outside.eq(check.outside)]
                         with m.Elif(compute_pending):
                             m.d.comb += self.events.stall_compute.eq(1)
                         with m.Elif(check_illegal):

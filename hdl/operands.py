@@ -24,28 +24,31 @@ _END_BITS = 32   # a_addr + (k - 1) * a_stride < 2**32 for 16-bit fields
 
 
 class OperandCheck(wiring.Component):
-    """Legality and operand ends of one compute micro-instruction, three cycles later.
+    """Legality and operand ends of one compute micro-instruction, two or three cycles
+    later.
 
     The ends are those of :func:`fusetile.kernels.operands.operand_ends`, in the same
     order; ``used`` marks which of the ``MAX_OPERANDS`` entries an instruction has
     (none for a no-op or VCFG). Two multipliers are shared between the instructions
     with strided operands (MATMUL's two operands, VPOOL's input, REQUANT's output).
 
-    Four stages: the control unit gives it the instruction register in the first
-    cycle the instruction executes and registers the answer in the fourth (fed from the
-    kernel store's output, the first stage came after a block RAM's clock-to-output).
-    The first registers what each operand needs, straight from the instruction: its
-    base, and either a small extra (``n - 1``, a parameter block's last word) or which
-    of the two products it adds, and whether the instruction is illegal; the two
-    multipliers take their operands (count x stride) into the DSP blocks' input
-    registers. The second multiplies, into the blocks' product registers. The third
-    registers each operand's extent past its base (its products added, or its extra)
-    and the room its partition leaves after the base (``limit - base``). The fourth,
-    combinational from those registers, compares them, ``base + extent >= limit`` with
-    the base's adder off the comparison's path, and adds the ends. (In two stages the
-    products' adds and the comparison after them, and the instruction's decode in
-    front of the multipliers, were the ULX3S build's worst paths, 12.1 to 12.4 ns at
-    d3bfcf1: docs/fpga.md, step 36.)
+    The control unit raises ``start`` in the first cycle it gives the instruction
+    register (not the kernel store's output: the first stage came after a block RAM's
+    clock-to-output) and holds the instruction. The first stage registers what each
+    operand needs, straight from the instruction: its base, and either a small extra
+    (``n - 1``, a parameter block's last word) or which of the two products it adds,
+    and whether the instruction is illegal; the two multipliers take their operands
+    (count x stride) into the DSP blocks' input registers. The second multiplies, into
+    the blocks' product registers, and registers the room each operand's partition
+    leaves after its base (``limit - base``) and whether an extra already reaches past
+    it. The third compares each product with each room, combinationally, and
+    ``valid`` rises: an operand's end is past its partition if its product (or its
+    extra) reaches its room, ``base + extent >= limit`` with no adder in front of the
+    comparison. VPOOL's input adds both products: the third stage registers their sum,
+    compared a cycle later. ``ends``, for the fault's address, are registered a cycle
+    after ``valid``. (In two stages, the products' adds and the comparison after them,
+    and the instruction's decode in front of the multipliers, were the ULX3S build's
+    worst paths, 12.1 to 12.4 ns at d3bfcf1: docs/fpga.md, step 36.)
 
     Parameters
     ----------
@@ -66,14 +69,19 @@ class OperandCheck(wiring.Component):
     ends : Out(ArrayLayout(32, MAX_OPERANDS))
         The largest partition offset each operand of the instruction touches.
     limit : In(17)
-        The executing partition's length, two cycles after the instruction.
+        The executing partition's length, in the cycle after ``start``.
     outside : Out(MAX_OPERANDS)
         The operands in ``used`` whose end is at or past ``limit``.
+    start : In(1)
+        The instruction is given for the first time (and then held).
+    valid : Out(1)
+        ``illegal``, ``used`` and ``outside`` are the instruction's, from this cycle
+        (:attr:`LATENCY` cycles after ``start``, VPOOL one more) while it is held;
+        ``ends`` from the cycle after.
     """
 
-    #: The answer is valid ``LATENCY`` cycles after the instruction is first given, for
-    #: as long as it is held.
-    LATENCY = 3
+    #: Cycles from ``start`` to ``valid``, but for VPOOL (one more).
+    LATENCY = 2
 
     def __init__(self, config):
         if not isinstance(config, TileConfig):
@@ -87,6 +95,8 @@ class OperandCheck(wiring.Component):
             "ends": Out(data.ArrayLayout(_END_BITS, MAX_OPERANDS)),
             "limit": In(17),
             "outside": Out(MAX_OPERANDS),
+            "start": In(1),
+            "valid": Out(1),
         })
 
     def elaborate(self, platform):
@@ -172,23 +182,51 @@ class OperandCheck(wiring.Component):
                 m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
                                        max(r.value for r in VectorCfg))
 
-        # Stage 3 (registers): each operand's extent past its base (its products or
-        # its extra, never both, so the two are ORed) and the room its partition leaves
-        # after the base. Stage 4 (combinational): the ends and which are outside. (No
-        # sum overflows 32 bits: the largest, MATMUL's, is below (2**16 - 1) * 2**16.)
+        # Stage 2 (registers): the room each partition leaves after the operand's base,
+        # and whether the operand's extra reaches it.
+        room = [Signal(range(-(1 << 16), 1 << 17), name=f"room{i}") for i in range(MAX_OPERANDS)]
+        extra_out = Signal(MAX_OPERANDS)
+        for i in range(MAX_OPERANDS):
+            left = self.limit - base[i]
+            m.d.sync += [room[i].eq(left), extra_out[i].eq(at_least(extra[i], left))]
+
+        # Stage 3: each product against each room, and the sum of both products,
+        # registered for VPOOL's input (compared in a fourth). (No sum overflows 32
+        # bits: the largest, MATMUL's, is below (2**16 - 1) * 2**16.)
+        both_sum = Signal(_END_BITS)
+        m.d.sync += both_sum.eq(product[0] + product[1])
         outside = []
         for i in range(MAX_OPERANDS):
-            added = Mux(adds[i][0], product[0], 0) + Mux(adds[i][1], product[1], 0)
-            extent = Signal(_END_BITS, name=f"extent{i}")
-            room = Signal(range(-(1 << 16), 1 << 17), name=f"room{i}")
-            m.d.sync += [
-                extent.eq(added[:_END_BITS] | extra[i]),
-                room.eq(self.limit - base[i]),
-            ]
-            m.d.comb += self.ends[i].eq(base[i] + extent)
-            outside.append(used[i] & at_least(extent, room))
-        m.d.comb += [self.used.eq(used), self.illegal.eq(illegal),
-                     self.outside.eq(Cat(*outside))]
+            reached = Signal(name=f"reached{i}")
+            with m.Switch(adds[i]):
+                with m.Case(0b00):
+                    m.d.comb += reached.eq(extra_out[i])
+                with m.Case(0b01):
+                    m.d.comb += reached.eq(at_least(product[0], room[i]))
+                with m.Case(0b10):
+                    m.d.comb += reached.eq(at_least(product[1], room[i]))
+                with m.Case(0b11):
+                    m.d.comb += reached.eq(at_least(both_sum, room[i]))
+            outside.append(used[i] & reached)
+            # The ends, a cycle later (they are the fault's address, read in the cycle
+            # after the decision to fault).
+            extent = Mux(adds[i] == 0b11, both_sum,
+                         Mux(adds[i][0], product[0], 0) | Mux(adds[i][1], product[1], 0) |
+                         extra[i])
+            m.d.sync += self.ends[i].eq(base[i] + extent)
+
+        # `valid`: cycles since `start`, up to the answer's.
+        slow = Signal()         # VPOOL: the sum is compared a cycle later
+        m.d.comb += slow.eq(Cat(a == 0b11 for a in adds).any())
+        step = Signal(range(self.LATENCY + 2))
+        with m.If(self.start):
+            m.d.sync += step.eq(1)
+        with m.Elif(~self.valid):
+            m.d.sync += step.eq(step + 1)
+        m.d.comb += [
+            self.valid.eq(~self.start & (step == self.LATENCY + slow)),
+            self.used.eq(used), self.illegal.eq(illegal), self.outside.eq(Cat(*outside)),
+        ]
         return m
 
 

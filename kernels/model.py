@@ -39,7 +39,7 @@ the vector unit may differ): the compute unit runs beside the sequencer, as the 
 engine does, through a command register (as in the RTL), and the sequencer sees the
 unit's busy a cycle late. A compute micro-instruction issues when the register is empty
 and the unit was idle the cycle before (else the sequencer stalls, counted in
-``stall_compute``), retires in 6 cycles (fetch, four of check, issue) and goes into the
+``stall_compute``), retires in 5 cycles (fetch, three of check, issue; VPOOL 6) and goes into the
 register; the unit takes it the next cycle, when it takes effect at once (all of it),
 and is busy for the next ``extra`` cycles. ``WAIT`` with ``compute`` and ``RET`` wait
 as an issue does:
@@ -68,8 +68,8 @@ MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation c
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
 register map may not have).
 
-A compute micro-instruction spends its first four execute cycles on the operand check of
-:mod:`fusetile.kernels.operands` (as the control unit does): an illegal operand
+A compute micro-instruction spends its first three execute cycles (VPOOL four) on the
+operand check of :mod:`fusetile.kernels.operands` (as the control unit does): an illegal operand
 (ILLEGAL_MICRO) or an operand that does not fit in the slot's partition (PARTITION,
 address = the end of the first such operand, partition = the slot's) faults in the
 cycle it would issue, having done nothing. Inputs are read before outputs are written,
@@ -215,9 +215,10 @@ class _Transfer:
 (_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH, _PLAN_DECODE,
  _ROLLBACK) = range(9)
 
-#: Cycles a compute micro-instruction spends in the operand check (its four stages:
-#: ``OperandCheck.LATENCY`` + 1, the last registering the answer).
-_CHECK_CYCLES = 4
+#: Cycles a compute micro-instruction spends in the operand check (its stages, the last
+#: registering the answer: ``OperandCheck.LATENCY`` + 1), by whether it is VPOOL, whose
+#: input's two products are added in a stage more.
+_CHECK_CYCLES = {False: 3, True: 4}
 
 _COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
                           MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
@@ -844,7 +845,7 @@ class TileModel:
                     ret_trace = True
                     goto(self.plan_pc + 1)
             elif op in _COMPUTE_OPS:
-                if self._checked < _CHECK_CYCLES:
+                if self._checked < _CHECK_CYCLES[op == MicroOp.VPOOL]:
                     # Its first cycles check the operands (the RTL's stages).
                     tr["_checked"] = self._checked + 1
                 elif compute_pending:
@@ -1137,7 +1138,8 @@ class TileModel:
         if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
             return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
         if op in _COMPUTE_OPS:
-            return "stall_compute" if pending and self._checked == _CHECK_CYCLES else None
+            checked = self._checked == _CHECK_CYCLES[op == MicroOp.VPOOL]
+            return "stall_compute" if pending and checked else None
         return None
 
     def _skip(self, k):

@@ -95,21 +95,31 @@ def test_gateware_matches_reference(config):
             illegal = illegal_operands(op, f, config)
             ends = [] if illegal else operand_ends(op, f, config)
             limit = limit_for(ends)
-            # Held, as the control unit holds its instruction register: the answer is
-            # LATENCY cycles later.
+            # Held, as the control unit holds its instruction register after `start`:
+            # the answer is LATENCY cycles later, VPOOL's a cycle more, the ends a cycle
+            # after the answer.
             ctx.set(dut.op, bits & 0xFF)
             ctx.set(dut.args.raw, bits >> 8)
             ctx.set(dut.limit, limit)
-            await ctx.tick().repeat(OperandCheck.LATENCY)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            latency = OperandCheck.LATENCY + (op == MicroOp.VPOOL)
+            for _ in range(latency - 1):
+                assert not ctx.get(dut.valid), (op, f)
+                await ctx.tick()
+            assert ctx.get(dut.valid), (op, f)
             assert ctx.get(dut.illegal) == illegal, (op, f)
             if illegal:
                 continue
             used = ctx.get(dut.used)
             assert used == (1 << len(ends)) - 1, (op, f)
-            got = [ctx.get(dut.ends[i]) for i in range(MAX_OPERANDS) if used >> i & 1]
-            assert got == ends, (op, f)
             outside = sum(1 << i for i, end in enumerate(ends) if end >= limit)
             assert ctx.get(dut.outside) == outside, (op, f, limit)
+            await ctx.tick()
+            assert ctx.get(dut.valid) and ctx.get(dut.outside) == outside, (op, f)
+            got = [ctx.get(dut.ends[i]) for i in range(MAX_OPERANDS) if used >> i & 1]
+            assert got == ends, (op, f)
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)

@@ -81,7 +81,7 @@ def test_plan_round_trip_and_read_port():
 def test_shared_read_port(store):
     """With ``shared_read`` the host reads through the control unit's port: a read waits
     while ``rd_en`` is high (the control unit fetching, its word out the next cycle as
-    always) and is answered the cycle after the first cycle ``rd_en`` is low."""
+    always) and is answered two cycles after the first cycle ``rd_en`` is low."""
     dut = store(CFG, shared_read=True)
     rng = random.Random(7)
     plan = store is PlanStore
@@ -121,7 +121,9 @@ def test_shared_read_port(store):
         ctx.set(dut.rd_en, 0)
         await ctx.tick()        # the host's read gets the port: its word comes out
         assert not ctx.get(bus.ack)
-        await ctx.tick()        # ...and is answered, registered
+        await ctx.tick()        # ...is registered whole
+        assert not ctx.get(bus.ack)
+        await ctx.tick()        # ...and is answered, its word registered
         assert ctx.get(bus.ack)
         assert ctx.get(bus.dat_r) == model[unit, i] >> 32 & 0xFFFFFFFF
         ctx.set(bus.cyc, 0); ctx.set(bus.stb, 0)
