@@ -217,7 +217,7 @@ class OperandCheck(wiring.Component):
 
         # `valid`: cycles since `start`, up to the answer's.
         slow = Signal()         # VPOOL: the sum is compared a cycle later
-        m.d.comb += slow.eq(Cat(a == 0b11 for a in adds).any())
+        m.d.comb += slow.eq(Cat(mask == 0b11 for mask in adds).any())
         step = Signal(range(self.LATENCY + 2))
         with m.If(self.start):
             m.d.sync += step.eq(1)
