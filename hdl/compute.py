@@ -39,7 +39,7 @@ from .scratchpad import SpadPortSignature, point as spad_point
 from .vector import VectorAlu, VectorOp, VectorRegs
 
 
-__all__ = ["ComputeCommand", "ComputeUnit"]
+__all__ = ["ComputeCommand", "vcmp_word", "ComputeUnit"]
 
 
 class ComputeCommand(data.Struct):
@@ -47,6 +47,19 @@ class ComputeCommand(data.Struct):
     op:   MicroOp      #: MATMUL, ACC_BIAS, REQUANT, VADD, VPOOL, VCLAMP, VCMP, VARGMAX, VCFG
     args: MicroArgs    #: the micro-instruction's operands (the member named after ``op``)
     part: 4            #: the calling slot's scratchpad partition
+    #: VCMP: the first word it reads, ``args.vcmp.addr`` plus (without ``reduce``) the
+    #: word of its lane, 17 bits (an offset past 2**16 faults). The issuer works it out
+    #: from its instruction register (:func:`vcmp_word`), so that the unit's acceptance
+    #: has no adder in front of its partition test: the adder, the lane's word and the
+    #: test there were the worst path of step 36's best ULX3S build (docs/fpga.md).
+    vcmp_word: 17
+
+
+def vcmp_word(args, word_bytes):
+    """The first word VCMP with ``args`` (a :class:`VcmpArgs` view) reads, for
+    :attr:`ComputeCommand.vcmp_word`."""
+    lane_bits = (word_bytes - 1).bit_length()       # word_bytes is a power of two
+    return args.addr + Mux(args.reduce, 0, args.lane >> lane_bits)
 
 
 class _Step(data.Struct):
@@ -735,12 +748,10 @@ class ComputeUnit(wiring.Component):
                         *point(w_addr, w_out, pa.vclamp.out_addr),
                     ]
                 with m.Case(MicroOp.VCMP):
-                    word = pa.vcmp.lane >> lane_bits
                     m.d.sync += [
                         running.eq(1),
-                        total.eq(Mux(pa.vcmp.reduce, word + 1, 1)),
-                        *start_at(base_a, ptr_a, a_out,
-                                  pa.vcmp.addr + Mux(pa.vcmp.reduce, 0, word)),
+                        total.eq(Mux(pa.vcmp.reduce, (pa.vcmp.lane >> lane_bits) + 1, 1)),
+                        *start_at(base_a, ptr_a, a_out, p.vcmp_word),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax

@@ -9,7 +9,7 @@ from ..kernels.config import TileConfig
 from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, \
     TraceRecord, FLAGS, INDEX_REGS
 from .dma_queue import QueuedDmaCommand
-from .compute import ComputeCommand
+from .compute import ComputeCommand, vcmp_word
 from .operands import OperandCheck
 
 
@@ -586,7 +586,8 @@ class ControlUnit(wiring.Component):
         # so its enable does not wait for the issue decision.
         with m.If(~cmd_valid):
             m.d.sync += [cmd_payload.op.eq(micro.op), cmd_payload.args.eq(micro.args),
-                         cmd_payload.part.eq(part)]
+                         cmd_payload.part.eq(part),
+                         cmd_payload.vcmp_word.eq(vcmp_word(micro.args.vcmp, cfg.word_bytes))]
         with m.If(cmd_taken):
             m.d.sync += cmd_valid.eq(0)
         with m.If(issue_compute):

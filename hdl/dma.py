@@ -9,10 +9,17 @@ GMEM stops before it writes anything it must not: every word before the faulting
 is written, no word after it is.
 
 The scratchpad port may *stall* (a unit of higher priority uses the bank). A stalled
-scratchpad write (load) freezes the whole pipeline for the cycle: GMEM's read port
-holds the word while no new read is issued, so the write is simply presented again.
-A stalled scratchpad read (store) holds only the issue stage; the GMEM writes of the
-words read before it still complete. A stall costs one cycle and no word.
+access is presented *again* in the next cycle, from registers that kept it: the offset
+on the port, and for a load the word (``held``). The issue stage does not wait for the
+stall: in the cycle of a stall it goes on to the next word, and it waits in the cycle
+of the replay instead, a decision from a register. A load's next word, read from GMEM
+in the cycle of the stall, is lost while the replay is written, so the replay's cycle
+reads it again (``prev_*``: the last word the issue stage left). The GMEM writes of a
+store's words read before a stall still complete. A stall costs one cycle and no word,
+and decides only the port's registers (its offset, the write stage's valid bits and
+the replay's), not the address registers: from the compute unit's read request
+through the scratchpad's arbitration into the enables of every address register was
+the ULX3S build's most common late path (step 36, docs/fpga.md).
 
 The engine makes the scratchpad's partition test itself, as it sets an address: the
 offset against the open partition's ``limit``, registered with the offset. It presents
@@ -181,11 +188,21 @@ class Dma(wiring.Component):
         w_gaddr = Signal(_ADDR_BITS)
         # The offset on the scratchpad port, a register of its own: the write stage's
         # for a load, a copy of `saddr` for a store (a choice between two registers
-        # was in front of the scratchpad's row adder and bank address, step 35).
+        # was in front of the scratchpad's row adder and bank address, step 35). After
+        # a stall it keeps the stalled access's offset while the issue stage goes on.
         port_offset = Signal(_ADDR_BITS)
         w_spad_oob = Signal()
         held = Signal(cfg.word_bits, reset_less=True)
-        from_held = Signal()
+        # The access on the port this cycle is one that stalled in the last: a load's
+        # word comes from `held`, and the issue stage waits while it is replayed.
+        again = Signal()
+        # The last word the issue stage left (its GMEM address, scratchpad offset and
+        # partition test). `reread`: a load's word read in a stall's cycle, which the
+        # replay's cycle reads again and writes next.
+        prev_gaddr = Signal(_ADDR_BITS)
+        prev_saddr = Signal(_ADDR_BITS)
+        prev_spad_oob = Signal()
+        reread = Signal()
 
         # A store's GMEM write stage, a cycle after the scratchpad's word is read: the
         # word is registered first (`sword`). From the scratchpad's block RAM to GMEM's
@@ -203,6 +220,7 @@ class Dma(wiring.Component):
             self.busy.eq(running),
             self.cmd.ready.eq(~running & ~self.fault),
             self.spad.part.eq(part),
+            self.spad.offset.eq(port_offset),
         ]
 
         def stop(cause, addr):
@@ -211,6 +229,8 @@ class Dma(wiring.Component):
                 issuing.eq(0),
                 wvalid.eq(0),
                 w2valid.eq(0),
+                again.eq(0),
+                reread.eq(0),
                 pend.eq(0),
                 self.fault.eq(1),
                 self.fault_cause.eq(cause),
@@ -226,11 +246,15 @@ class Dma(wiring.Component):
         def set_saddr(value, outside):
             # Likewise the partition test.
             m.d.sync += [saddr.eq(value[:len(saddr)]), spad_oob.eq(outside)]
-            with m.If(store):
-                m.d.sync += port_offset.eq(value[:len(saddr)])
 
         def advance():
-            m.d.sync += wvalid.eq(1)
+            # The issue stage leaves its word: whether the word's access stalls
+            # decides nothing here.
+            m.d.sync += [
+                prev_gaddr.eq(gaddr),
+                prev_saddr.eq(saddr),
+                prev_spad_oob.eq(spad_oob),
+            ]
             with m.If(col == last_col):
                 m.d.sync += [
                     col.eq(0),
@@ -260,6 +284,8 @@ class Dma(wiring.Component):
                     issuing.eq(~empty),
                     wvalid.eq(0),
                     w2valid.eq(0),
+                    again.eq(0),
+                    reread.eq(0),
                     pend.eq(0),
                     store.eq(p.store),
                     part.eq(p.part),
@@ -271,10 +297,10 @@ class Dma(wiring.Component):
                     col.eq(0),
                     next_row_gaddr.eq(p.gmem_addr + p.gmem_stride),
                     next_row_saddr.eq(p.spad_addr + p.spad_stride),
+                    port_offset.eq(p.spad_addr),
                 ]
                 set_saddr(p.spad_addr, p.spad_addr >= self.limit)
                 set_gaddr(p.gmem_addr, p.gmem_addr >= cfg.gmem_words)
-                m.d.sync += port_offset.eq(p.spad_addr)
 
         with m.Elif(~store):
             # Load. Write stage first: it holds the earlier word, so its fault wins.
@@ -282,8 +308,7 @@ class Dma(wiring.Component):
             write_stall = Signal()
             word = Signal(cfg.word_bits)
             m.d.comb += [
-                word.eq(Mux(from_held, held, self.gmem.rdata)),
-                self.spad.offset.eq(port_offset),
+                word.eq(Mux(again, held, self.gmem.rdata)),
                 self.spad.we.eq(1),
                 self.spad.wdata.eq(word),
             ]
@@ -295,28 +320,41 @@ class Dma(wiring.Component):
                     self.word_in.eq(~write_fault & ~write_stall),
                 ]
             # `held` takes the word every cycle: it is used only the cycle after a
-            # stalled write (`from_held`), and an enable from the stall put the
+            # stalled write (`again`), and an enable from the stall put the
             # scratchpad's arbitration behind GMEM's block RAM read in one path (the
             # ULX3S build's worst, step 32).
-            m.d.sync += [wvalid.eq(0), from_held.eq(0), held.eq(word)]
+            m.d.sync += [wvalid.eq(0), again.eq(0), reread.eq(0), held.eq(word)]
             # The read does not wait for the write stage: GMEM's read port (and the
             # host's reads behind it) no longer waits for the scratchpad's arbitration
             # (the ULX3S build's worst paths ran from there into GMEM's read address).
-            # In a cycle whose write stalls, the issue stage reads its own word again,
-            # which it reads once more when it goes on.
-            m.d.comb += [self.gmem.raddr.eq(gaddr), self.gmem.re.eq(issuing & ~gmem_oob)]
+            # In a replay's cycle the port reads the word read in the stall's cycle
+            # again, and the issue stage waits; else it reads its own word and moves
+            # on, stall or not.
+            rereading = again & reread
+            issue = Signal()
+            m.d.comb += [
+                issue.eq(issuing & ~gmem_oob & ~rereading & ~write_fault),
+                self.gmem.raddr.eq(Mux(rereading, prev_gaddr, gaddr)),
+                self.gmem.re.eq(rereading | (issuing & ~gmem_oob)),
+            ]
+            with m.If(issue):
+                advance()
             with m.If(write_fault):
                 stop(FaultCause.PARTITION, port_offset)
             with m.Elif(write_stall):
-                # Keep the word, and do not fault or advance past a word that is not
-                # written yet.
-                m.d.sync += [wvalid.eq(1), from_held.eq(1)]
+                # Present the word again next cycle, and keep the word read now (if
+                # one was) to read again then.
+                m.d.sync += [wvalid.eq(1), again.eq(1), reread.eq(rereading | issue)]
+            with m.Elif(rereading):
+                # The replay is written: the word read again now is written next.
+                m.d.sync += [wvalid.eq(1), port_offset.eq(prev_saddr),
+                             w_spad_oob.eq(prev_spad_oob)]
             with m.Elif(issuing):
                 with m.If(gmem_oob):
                     stop(FaultCause.GMEM_RANGE, gaddr)
                 with m.Else():
-                    m.d.sync += [port_offset.eq(saddr), w_spad_oob.eq(spad_oob)]
-                    advance()
+                    m.d.sync += [wvalid.eq(1), port_offset.eq(saddr),
+                                 w_spad_oob.eq(spad_oob)]
             with m.Elif(wvalid):
                 m.d.sync += running.eq(0)       # the last word is written this cycle
 
@@ -324,22 +362,30 @@ class Dma(wiring.Component):
             # Store: issue (the scratchpad read), then the word registered (`wvalid`),
             # then the GMEM write (`w2valid`). The words behind the issue stage have
             # been checked: they always complete.
+            present = Signal()
             m.d.comb += [
+                present.eq(again | (issuing & ~gmem_oob & ~spad_oob)),
                 self.gmem.waddr.eq(w2_gaddr),
                 self.gmem.wdata.eq(sword),
                 self.gmem.we.eq(w2valid),
                 self.word_out.eq(w2valid),
-                self.spad.offset.eq(port_offset),
+                self.spad.en.eq(present),
                 self.spad.we.eq(0),
             ]
             m.d.sync += [
-                wvalid.eq(0),
+                wvalid.eq(present & ~self.spad.stall),
+                again.eq(self.spad.stall),
+                w_gaddr.eq(Mux(again, prev_gaddr, gaddr)),
                 w2valid.eq(wvalid),
                 w2_gaddr.eq(w_gaddr),
                 sword.eq(self.spad.rdata),
             ]
-            with m.If(issuing):
-                m.d.comb += self.spad.en.eq(~gmem_oob & ~spad_oob)
+            with m.If(again):
+                # A replay: the issue stage waits. Once it is read, the port moves on
+                # to the issue stage's word.
+                with m.If(~self.spad.stall):
+                    m.d.sync += port_offset.eq(saddr)
+            with m.Elif(issuing):
                 with m.If(gmem_oob | spad_oob):
                     m.d.sync += [
                         issuing.eq(0),
@@ -348,11 +394,14 @@ class Dma(wiring.Component):
                                           FaultCause.PARTITION)),
                         pend_addr.eq(Mux(gmem_oob, gaddr, saddr)),
                     ]
-                with m.Elif(self.spad.stall):
-                    pass    # read again next cycle; the stages behind go on
                 with m.Else():
-                    m.d.sync += w_gaddr.eq(gaddr)
                     advance()
+                    # The port keeps a stalled read's offset for the replay.
+                    with m.If(~self.spad.stall):
+                        with m.If(col == last_col):
+                            m.d.sync += port_offset.eq(next_row_saddr)
+                        with m.Else():
+                            m.d.sync += port_offset.eq(saddr + 1)
             with m.Elif(~wvalid):
                 # The last word is written this cycle (or there was none to write).
                 with m.If(pend):
@@ -369,6 +418,8 @@ class Dma(wiring.Component):
                 issuing.eq(0),
                 wvalid.eq(0),
                 w2valid.eq(0),
+                again.eq(0),
+                reread.eq(0),
                 pend.eq(0),
                 self.fault.eq(0),
                 self.fault_cause.eq(FaultCause.NONE),

@@ -328,12 +328,17 @@ class Cmd:
             return f["reg"] << layout["reg"].offset | f["value"] << layout["value"].offset
         return MicroArgs.const({member: f}).as_bits()
 
-    @property
-    def raw(self):
-        """The command as the bits of a ComputeCommand."""
+    def raw(self, word_bytes):
+        """The command as the bits of a ComputeCommand, for words of ``word_bytes``
+        (VCMP's first word, which the issuer works out)."""
         layout = ComputeCommand.as_shape()
+        vcmp_word = 0
+        if self.op == MicroOp.VCMP:
+            f = self.fields
+            vcmp_word = f["addr"] + (0 if f["reduce"] else f["lane"] // word_bytes)
         return (int(getattr(self.op, "value", self.op)) << layout["op"].offset |
-                self.args_bits << layout["args"].offset | self.part << layout["part"].offset)
+                self.args_bits << layout["args"].offset | self.part << layout["part"].offset |
+                vcmp_word << layout["vcmp_word"].offset)
 
     @property
     def instr_lo(self):
@@ -386,7 +391,7 @@ async def issue(ctx, dut, c, *, abort_after=None, abort_when=None):
     if not ctx.get(dut.cmd.ready):
         await ctx.tick()        # the unit takes a command the cycle after busy falls
     ctx.set(dut.cmd.valid, 1)
-    ctx.set(dut.cmd.payload.as_value(), c.raw)
+    ctx.set(dut.cmd.payload.as_value(), c.raw(dut.config.word_bytes))
     assert ctx.get(dut.cmd.ready), "unit not ready"
     sample()
     await ctx.tick()
@@ -944,7 +949,7 @@ def test_faults_and_abort():
                   vcfg(VectorCfg.SHIFT, 7)):
             if not ctx.get(b.dut.cmd.ready):
                 await ctx.tick()
-            await take_during_abort(ctx, b.dut, c.raw)
+            await take_during_abort(ctx, b.dut, c.raw(b.dut.config.word_bytes))
             for _ in range(12):
                 assert not ctx.get(b.dut.busy) and not ctx.get(b.dut.w.en)
                 assert not ctx.get(b.dut.macs) and not ctx.get(b.dut.fault)
