@@ -78,7 +78,7 @@ class PerfCounters(wiring.Component):
     its next flush), so it takes effect at once.
 
     A read's value counts the events up to a cycle between the ``stb`` and the ``ack``
-    (5 to 7 cycles later; 2 for a counter in a register): an event reaches the pending
+    (6 to 8 cycles later; 2 for a counter in a register): an event reaches the pending
     count two cycles after it happens, and a read step is taken no sooner than two
     cycles after the ``stb``. Counters named in ``immediate`` are plain 64-bit registers
     instead, readable every cycle through :attr:`value` (``CYCLES``, which the control
@@ -121,8 +121,10 @@ class PerfCounters(wiring.Component):
         ``voidable`` one that does not exist or is immediate.
     """
 
-    #: Counters per group of the first stage of a read's pending-count selection.
+    #: Counters per group of the first step of a read's pending-count selection, and
+    #: groups per group of the second.
     READ_GROUP = 8
+    READ_GROUP2 = 4
 
     def __init__(self, names, *, inc_width=8, immediate=(), voidable=()):
         names = list(names)
@@ -211,7 +213,7 @@ class PerfCounters(wiring.Component):
         rp = ram.read_port()
 
         # Stage 1: the RAM word is being read; stage 2: it is added and written back
-        # (a flush) or returned (a read).
+        # (a flush); stage 3: it is added and returned (a read).
         s1_slot, s2_slot = Signal.like(scan), Signal.like(scan)
         s1_flush, s2_flush = Signal(), Signal()
         s1_read, s2_read = Signal(), Signal()
@@ -219,6 +221,11 @@ class PerfCounters(wiring.Component):
         s1_pend_scan = Signal(max(len(p) for p in pending))
         s2_pend = Signal.like(s1_pend_scan)
         s2_word = Signal(64)
+        # A read's third stage: its RAM word and its pending count, added into the
+        # answer.
+        s3_read = Signal()
+        s3_word = Signal(64)
+        s3_pend = Signal.like(s1_pend_scan)
 
         in_flight = ((s1_flush & (s1_slot == req_slot)) | (s2_flush & (s2_slot == req_slot)))
         reading = Signal()
@@ -232,26 +239,33 @@ class PerfCounters(wiring.Component):
             slot.eq(Mux(reading, req_slot, scan)),
             rp.addr.eq(slot),
         ]
-        # The pending count of both candidates, each selected by a register and
-        # registered, one of them taken by `s1_read` the cycle after: selected by
-        # `slot`, the whole multiplexer came after the request's test, and with
-        # `reading` after the two selections it was still 10 of step 34's late
-        # endpoints. The request's is selected in two registered steps: within each
-        # group of READ_GROUP counters by the low bits of `req_slot`, then among the
-        # groups on the way into `s2_pend` (in one step, from pending counts all over
-        # the chip, it was 11.3 ns of the ULX3S build's routed paths after step 35).
-        # The groups are loaded every cycle, so in stage 1 they hold the pending counts
-        # of the cycle the RAM word was addressed, as before, and a read takes no cycle
-        # more; `req_slot` stays until the answer.
+        # The pending count of the scanner's word, selected by a register and
+        # registered (selected by `slot`, the whole multiplexer came after the
+        # request's test). A read's is selected in three registered steps, one per
+        # stage: within each group of READ_GROUP counters by the low bits of
+        # `req_slot`, within each group of READ_GROUP2 groups by the next bits, then
+        # among those (in two steps, from pending counts all over the chip, the last
+        # was 11.38 ns of step 36's best ULX3S build), and added to its RAM word in a
+        # third stage of its own. The first groups are loaded every cycle, so in stage
+        # 1 they hold the pending counts of the cycle the RAM word was addressed;
+        # `req_slot` stays until the answer.
         pend_of = Array(pending + [Const(0)] * (slots - len(pending)))
-        n = self.READ_GROUP
-        low = (n - 1).bit_length()
-        groups = [pending[i:i + n] for i in range(0, len(pending), n)]
-        s1_pend_group = [Signal(max(len(p) for p in group), name=f"s1_pend_group{k}")
-                         for k, group in enumerate(groups)]
-        for value, group in zip(s1_pend_group, groups):
-            m.d.sync += value.eq(Array(group + [Const(0)] * (n - len(group)))[req_slot[:low]])
-        s1_pend_req = Array(s1_pend_group)[req_slot[low:]]
+
+        def select_in_groups(values, n, index, name):
+            """Registers, one per group of ``n`` of ``values``, each loaded with the
+            group's member ``index``."""
+            groups = [values[i:i + n] for i in range(0, len(values), n)]
+            chosen = [Signal(len(s1_pend_scan), name=f"{name}{k}") for k in range(len(groups))]
+            for value, group in zip(chosen, groups):
+                m.d.sync += value.eq(Array(group + [Const(0)] * (n - len(group)))[index])
+            return chosen
+
+        low = (self.READ_GROUP - 1).bit_length()
+        mid = low + (self.READ_GROUP2 - 1).bit_length()
+        s1_pend_group = select_in_groups(pending, self.READ_GROUP, req_slot[:low],
+                                         "s1_pend_group")
+        s2_pend_group = select_in_groups(s1_pend_group, self.READ_GROUP2, req_slot[low:mid],
+                                         "s2_pend_group")
         m.d.sync += [
             s1_slot.eq(slot),
             s1_flush.eq(~reading & (scan < len(in_ram))),
@@ -302,17 +316,18 @@ class PerfCounters(wiring.Component):
             s2_flush.eq(s1_flush),
             s2_read.eq(s1_read),
             s2_word.eq(Mux(s1_stale, 0, rp.data)),
-            s2_pend.eq(Mux(s1_read, s1_pend_req, s1_pend_scan)),
+            s2_pend.eq(s1_pend_scan),
+            s3_read.eq(s2_read),
+            s3_word.eq(s2_word),
+            s3_pend.eq(Array(s2_pend_group)[req_slot[mid:]]),
         ]
-        total = Signal(64)
         m.d.comb += [
-            total.eq(s2_word + s2_pend),
             wr.addr.eq(s2_slot),
-            wr.data.eq(total),
+            wr.data.eq(s2_word + s2_pend),
             wr.en.eq(s2_flush),
         ]
-        with m.If(s2_read):
-            m.d.sync += [rd.data.eq(total), rd.ack.eq(1)]
+        with m.If(s3_read):
+            m.d.sync += [rd.data.eq(s3_word + s3_pend), rd.ack.eq(1)]
 
 
 def _ident(name):

@@ -33,6 +33,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
+from .copies import copy
 
 
 __all__ = ["SpadPortSignature", "Scratchpad", "point"]
@@ -251,12 +252,25 @@ class Scratchpad(wiring.Component):
             m.d.sync += limit.eq(Mux(length < room, length, room))
             limits.append(limit)
         open_part = Signal(4)
-        open_row = Signal(16)
-        m.d.sync += [open_part.eq(self.part), open_row.eq(0), self.limit.eq(0)]
+        m.d.sync += open_part.eq(self.part)
+        first_row = Signal(16)
+        limit = Signal(17)
         with m.If(self.part < cfg.partitions):
-            m.d.sync += [open_row.eq(_bank_row(self.part_base[self.part], cfg)[1]),
-                         self.limit.eq(Array(limits)[self.part])]
-        return open_part, open_row, self.limit
+            m.d.comb += [first_row.eq(_bank_row(self.part_base[self.part], cfg)[1]),
+                         limit.eq(Array(limits)[self.part])]
+        m.d.sync += self.limit.eq(limit)
+        # Each port tests and places its accesses with registers of its own, copies
+        # (`copy`) that the build keeps apart: one register for all four ports sat
+        # across the device from some of their adders (5.35 ns of wire from the open
+        # partition's first row into the row adder of `b`, on the way into a bank's
+        # read address, in step 36's best ULX3S build).
+        extents = {}
+        for name in self.PORTS:
+            port_row = copy(Signal(16, name=f"{name}_open_row"))
+            port_limit = copy(Signal(17, name=f"{name}_limit"))
+            m.d.sync += [port_row.eq(first_row), port_limit.eq(limit)]
+            extents[name] = open_part, port_row, port_limit
+        return extents
 
     def _decode(self, m, name, port, extent):
         """Resolve a port's (part, offset) into (inside, bank, row); drives ``fault``
@@ -279,7 +293,7 @@ class Scratchpad(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
-        extent = self._open(m)
+        extents = self._open(m)
 
         mems = []
         for b in range(cfg.spad_banks):
@@ -299,7 +313,7 @@ class Scratchpad(wiring.Component):
         reqs = []
         for name in self.PORTS:
             port = getattr(self, name)
-            inside, bank, row = self._decode(m, name, port, extent)
+            inside, bank, row = self._decode(m, name, port, extents[name])
             rd = Signal(name=f"{name}_rd")
             wr = Signal(name=f"{name}_wr")
             m.d.comb += [rd.eq(port.en & ~port.we), wr.eq(port.en & port.we)]
@@ -364,20 +378,31 @@ class Scratchpad(wiring.Component):
             m.d.comb += performed.eq(
                 Cat(req.rd_grant & (req.bank == b) for req in reqs).any() & ~self.abort)
             reads.append(performed)
-            for i, req in enumerate(reqs):
+            # The writer is the first port (in priority order) that writes the bank,
+            # which is the port that claims it, whether or not its access is inside
+            # its partition: `writer` loads every cycle, from the requests alone, and
+            # only the enable (`write`) waits for the partition test. (From the limit
+            # through the grants into `writer`'s enable was 3 of the late endpoints
+            # of each bank in step 36's best ULX3S build.)
+            with m.If(reqs[0].wr & (reqs[0].bank == b)):
+                m.d.sync += writer.eq(0)
+            for i, req in enumerate(reqs[1:], 1):
+                with m.Elif(req.wr & (req.bank == b)):
+                    m.d.sync += writer.eq(i)
+            for req in reqs:
                 with m.If(req.wr_grant & (req.bank == b)):
                     m.d.comb += write.eq(~self.abort)
-                    m.d.sync += writer.eq(i)
             m.d.sync += wp.en.eq(write)
             m.d.comb += [wp.addr.eq(posted_rows[writer]), wp.data.eq(posted_data[writer])]
             writes.append(write)
 
         for req in reqs:
             # A bank's read data is only valid the cycle after the read, and the next
-            # read (by any port) replaces it: each port follows the bank it last read.
+            # read (by any port) replaces it: each port takes its word from the bank
+            # it addressed the cycle before, read or not (with the grant in front of
+            # its enable, the partition test was on the way into it).
             read_bank = Signal(range(cfg.spad_banks), name=f"{req.name}_read_bank")
-            with m.If(req.rd_grant):
-                m.d.sync += read_bank.eq(req.bank)
+            m.d.sync += read_bank.eq(req.bank)
             m.d.comb += req.port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
 
         m.d.comb += [

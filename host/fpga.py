@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ..hdl.board import BoardTop, DEFAULT_BAUD, LED_MEANINGS, board as find_board
+from ..hdl.copies import KEEP_COPIES
 from ..kernels.config import TileConfig
 
 
@@ -85,9 +86,10 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
                         "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
                         "*.tile.spad/t:$memrd_v2 *.tile.gmem/t:$memrd_v2"]
+_SCRIPT_AFTER_READ = "\n".join([*UNDEFINED_COLLISIONS, *KEEP_COPIES])
 _SYNTH_OPTIONS = {
     "ecp5": {
-        "script_after_read": "\n".join(UNDEFINED_COLLISIONS),
+        "script_after_read": _SCRIPT_AFTER_READ,
         "synth_opts": "-run begin:map_luts",
         "script_after_synth": "\n".join([
             *ECP5_LUT_MAPPING,
@@ -95,7 +97,7 @@ _SYNTH_OPTIONS = {
         ]),
     },
     # The UP5K's eight SB_MAC16 take multipliers only when asked.
-    "ice40": {"script_after_read": "\n".join(UNDEFINED_COLLISIONS), "synth_opts": "-dsp"},
+    "ice40": {"script_after_read": _SCRIPT_AFTER_READ, "synth_opts": "-dsp"},
 }
 
 

@@ -12,7 +12,7 @@ in ``refused_writes``. Unmapped addresses answer ERR.
 
 Time is the model's clock: each bus access takes 2 cycles (the access is seen in the
 first, answered in the second; on the RTL, which registers it before decoding it, a
-CSR access takes 2 to 4 cycles and a counter read 5 to 10, and nothing the tile counts
+CSR access takes 2 to 4 cycles and a counter read 5 to 11, and nothing the tile counts
 depends on it) and :meth:`wait_cycles` runs the model ``n`` cycles, so a plan takes
 time and the host can act while it runs.
 """

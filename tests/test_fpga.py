@@ -22,6 +22,8 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from fusetile.hdl.board import BOARDS, LED_MEANINGS, BoardCore, BoardTop, board
+from fusetile.hdl.copies import KEEP_COPIES
+from fusetile.hdl.scratchpad import Scratchpad
 from fusetile.kernels.config import TileConfig
 from fusetile.hdl.pll import ecp5_pll_params, ice40_pll_params
 from fusetile.hdl.regmap import hwcfg_values, tile_memory_map, config_from_hwcfg
@@ -528,6 +530,32 @@ def test_only_the_stores_the_scratchpad_and_gmem_ignore_collisions(tmp_path):
         "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks,
         "fusetile.tile.gmem": [1]}
     assert len(ports) > 5       # GMEM, the counters, the trace, ... untouched
+
+
+@pytest.mark.slow
+def test_copies_keep_their_flip_flops(tmp_path):
+    """The registers marked as copies (`hdl/copies.py`: the scratchpad's per-port open
+    row and limit) are not merged by Yosys' `opt_merge` with the build's script
+    (`KEEP_COPIES`), and are without it."""
+    (tmp_path / "core.il").write_text(_core_rtlil())
+    yosys = fpga.tool_environment("ice40")["YOSYS"]
+
+    def copies_left(script):
+        (tmp_path / "t.ys").write_text("\n".join(
+            ["read_rtlil core.il", *script, "proc", "flatten", "opt_merge", "opt_clean",
+             "write_json t.json"]))
+        subprocess.run([yosys, "-q", "t.ys"], cwd=tmp_path, check=True)
+        module = json.loads((tmp_path / "t.json").read_text())["modules"]["fusetile"]
+        drivers = {tuple(cell["connections"]["Q"]) for cell in module["cells"].values()
+                   if cell["type"] in ("$dff", "$adff", "$dffe", "$sdff", "$sdffe")}
+        copies = [tuple(net["bits"]) for name, net in module["netnames"].items()
+                  if re.fullmatch(rf"tile\.spad\.({'|'.join(Scratchpad.PORTS)})_(open_row|limit)",
+                                  name)]
+        assert len(copies) == 2 * len(Scratchpad.PORTS) and set(copies) <= drivers
+        return len(set(copies))         # registers left: merged copies share their bits
+
+    assert copies_left(KEEP_COPIES) == 2 * len(Scratchpad.PORTS)
+    assert copies_left([]) == 2
 
 
 def _script(name):

@@ -135,8 +135,10 @@ def test_push_while_draining(width):
 def test_records_as_close_as_the_control_unit_pushes_them(width):
     """Records as close as calls return (every 4 cycles) or are cut short (3; with
     four beats the last beat of a record then waits for the next to start), each read
-    from the cycle after its push at the CSR bank's fastest (a word every other
-    cycle): every word is the record's. A clear while a record is written drops it."""
+    from the second cycle after its push (``data`` is registered: a host that has seen
+    the record in ``level`` reads it later still) at the CSR bank's fastest (a word
+    sampled two cycles after the last read's strobe): every word is the record's. A
+    clear while a record is written drops it."""
     dut = TraceFifo(8, width=width)
 
     async def bench(ctx):
@@ -147,7 +149,7 @@ def test_records_as_close_as_the_control_unit_pushes_them(width):
         for i in range(len(gaps)):
             assert (await read_record(ctx, dut)).as_value().value == raw(make_record(i))
         for i in (7, 8):
-            await push(ctx, dut, make_record(i), 1)
+            await push(ctx, dut, make_record(i), 2)
             assert (await read_record(ctx, dut)).as_value().value == raw(make_record(i))
         for i in (10, 11):
             await push(ctx, dut, make_record(i), 3)
