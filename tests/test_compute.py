@@ -882,6 +882,9 @@ def test_faults_and_abort():
                                out_addr=80, n=6, window=3, average=1))
         await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=0, in_stride=1, in_step=2,
                                out_addr=L - 2, n=6, window=2))
+        # ... at the step to the next output's window (its first word, L, is outside).
+        await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=L - 10, in_stride=1, in_step=5,
+                               out_addr=80, n=4, window=2))
         await b.check(ctx, cmd(MicroOp.VCMP, addr=L - 2, lane=40, reduce=1, flag=3))
         await b.check(ctx, cmd(MicroOp.VCMP, addr=L - 2, lane=20, reduce=0, flag=3))
         await b.check(ctx, cmd(MicroOp.VARGMAX, addr=L - 2, n=30, index=1))
