@@ -228,10 +228,10 @@ class Scratchpad(wiring.Component):
         return self._config
 
     def _open(self, m):
-        """The open partition's number and extent, registered: (part, first row,
-        limit), where ``limit`` is the number of offsets inside it (its length cut at
-        the end of the scratchpad; 0 if it does not exist or its base is not a
-        multiple of ``spad_banks``).
+        """The open partition's number and extent, registered, for each port (a dict
+        of port name to (part, first row, limit)), where ``limit`` is the number of
+        offsets inside it (its length cut at the end of the scratchpad; 0 if it does
+        not exist or its base is not a multiple of ``spad_banks``).
 
         Every partition's limit is worked out from the table ahead, so that opening a
         partition is a selection, not arithmetic after one: its room from its base in
@@ -380,8 +380,8 @@ class Scratchpad(wiring.Component):
             reads.append(performed)
             # The writer is the first port (in priority order) that writes the bank,
             # which is the port that claims it, whether or not its access is inside
-            # its partition: `writer` loads every cycle, from the requests alone, and
-            # only the enable (`write`) waits for the partition test. (From the limit
+            # its partition: `writer` loads from the requests alone, and only the
+            # enable (`write`) waits for the partition test. (From the limit
             # through the grants into `writer`'s enable was 3 of the late endpoints
             # of each bank in step 36's best ULX3S build.)
             with m.If(reqs[0].wr & (reqs[0].bank == b)):

@@ -70,9 +70,10 @@ class TraceFifo(wiring.Component):
         The host read ``data`` this cycle: advance.
     data : Out(32)
         The current word of the head record (0 when empty), registered: it follows a
-        ``read`` (and a record's first beat) two cycles later. The CSR bank samples it
-        no sooner (it answers a read in four cycles and strobes ``read`` two cycles
-        after sampling). From the block RAM through its bypass and the word selection
+        ``read`` (and a record's first beat) two cycles later. The CSR bank samples the
+        next word three cycles after a read's strobe at the soonest (it strobes ``read``
+        two cycles after sampling and samples the next access's value five cycles after
+        the last's). From the block RAM through its bypass and the word selection
         straight into the CSR bank's read groups was 11.05 ns of step 36's best ULX3S
         build (docs/fpga.md).
     level : Out(16)
