@@ -250,8 +250,11 @@ class Dma(wiring.Component):
             m.d.sync += [gaddr.eq(value[:len(gaddr)]), gmem_oob.eq(outside)]
 
         def set_saddr(value, outside):
-            # Likewise the partition test.
+            # Likewise the partition test. A store's port offset is a copy, except
+            # that it keeps a stalled read's offset for the replay.
             m.d.sync += [saddr.eq(value[:len(saddr)]), spad_oob.eq(outside)]
+            with m.If(store & ~self.spad.stall):
+                m.d.sync += port_offset.eq(value[:len(saddr)])
 
         def advance():
             # The issue stage leaves its word: whether the word's access stalls
@@ -406,12 +409,6 @@ class Dma(wiring.Component):
                     ]
                 with m.Else():
                     advance()
-                    # The port keeps a stalled read's offset for the replay.
-                    with m.If(~self.spad.stall):
-                        with m.If(col_last):
-                            m.d.sync += port_offset.eq(next_row_saddr)
-                        with m.Else():
-                            m.d.sync += port_offset.eq(saddr + 1)
             with m.Elif(~wvalid):
                 # The last word is written this cycle (or there was none to write).
                 with m.If(pend):
