@@ -28,7 +28,7 @@ stops. A write answered with ``stall`` (which the tile never does) squashes the 
 and restarts the operation from the output that was not written.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -98,9 +98,9 @@ class ComputeUnit(wiring.Component):
     high from the cycle after a command is accepted until (excluding) the first cycle in
     which all its effects are visible: the last result written, the MAC pipeline drained (ACC holds
     every step), the flag or index register written, or ``fault`` high. VCFG, a no-op
-    (MATMUL with ``k`` = 0, VADD / VPOOL / VCLAMP with ``n`` = 0) and an illegal command
-    complete in the cycle they are accepted (``busy`` stays low; VCFG's register and
-    ``fault`` change at the end of that cycle).
+    (MATMUL with ``k`` = 0, VADD / VPOOL / VCLAMP with ``n`` = 0) and the illegal
+    commands below complete in the cycle they are accepted (``busy`` stays low; VCFG's
+    register changes at the end of that cycle).
 
     Cycles of ``busy`` with no stalls (R = rows, W = ``word_bytes``):
 
@@ -135,16 +135,22 @@ class ComputeUnit(wiring.Component):
     word is read after an output overwrote it; other overlaps give results that depend
     on timing (the model reads every input first).
 
-    *Faults.* In the tile the control unit's operand check
-    (:mod:`fusetile.hdl.operands`) faults an instruction before it gets here, so these
-    are a second line of defence that keeps the unit safe on its own.
+    *Illegal commands* are the issuer's to refuse: in the tile the control unit's
+    operand check (:mod:`fusetile.hdl.operands`, the one decoder of what is legal)
+    faults them with ILLEGAL_MICRO before they issue. The unit does not decode them
+    again (that decode, from the command register into the fault registers and
+    ``running``, was the worst path of step 37's last ULX3S build: docs/fpga.md, step
+    38). Given one anyway, it neither hangs nor reaches outside its partition: an
+    opcode that is not a compute operation, VPOOL with ``window`` 0, VARGMAX with ``n``
+    0 and VCFG of a register other than the 8 of
+    :class:`~fusetile.kernels.isa.VectorCfg` do nothing; VARGMAX's other illegal
+    encodings (a ``lane`` beyond the word, a ``flag`` or ``expect`` without ``test``)
+    run with their fields as they are, every access checked.
 
-    * ILLEGAL_MICRO (on acceptance, nothing is done): an opcode that is not a compute
-      operation, VPOOL with ``window`` 0, VARGMAX with ``n`` 0, with ``column`` and
-      ``lane`` >= W, with a ``lane`` but no ``column`` or with a ``flag`` or ``expect``
-      but no ``test``, VCFG of a register other than the 8 of
-      :class:`~fusetile.kernels.isa.VectorCfg`. ``fault_addr`` = the low
-      32 bits of the micro-instruction (``op``, two 0 bits, ``args``), ``fault_part`` 0.
+    *Faults.* In the tile the operand check also faults an access outside the
+    partition before the instruction gets here, so this is a second line of defence
+    that keeps the unit safe on its own.
+
     * PARTITION: the first access (in program order: for each output its inputs, then
       the output) outside the partition; ``fault_addr`` = its offset (offsets past
       0xFFFF included), ``fault_part`` = ``part``. Outputs before it are written
@@ -197,7 +203,7 @@ class ComputeUnit(wiring.Component):
     fault : Out(1)
         Sticky: the unit stopped on a fault. Cleared by ``abort``.
     fault_cause : Out(FaultCause)
-        PARTITION or ILLEGAL_MICRO while ``fault``; NONE otherwise.
+        PARTITION while ``fault``; NONE otherwise.
     fault_addr : Out(32)
     fault_part : Out(4)
     abort : In(1)
@@ -747,20 +753,17 @@ class ComputeUnit(wiring.Component):
                         *point(w_addr, w_out, pa.vadd.out_addr),
                     ]
                 with m.Case(MicroOp.VPOOL):
-                    with m.If(pa.vpool.window == 0):
-                        self._illegal(m, stop, p)
-                    with m.Else():
-                        m.d.sync += [
-                            running.eq(pa.vpool.n != 0),
-                            total.eq(pa.vpool.n),
-                            *point(ptr_a, a_out, pa.vpool.in_addr),
-                            step_a.eq(pa.vpool.in_stride),
-                            room_a.eq(self.limit - pa.vpool.in_stride),
-                            room_row.eq(self.limit - pa.vpool.in_step),
-                            row_addr.eq(pa.vpool.in_addr),
-                            w_row.eq(pa.vpool.in_addr),
-                            *point(w_addr, w_out, pa.vpool.out_addr),
-                        ]
+                    m.d.sync += [
+                        running.eq((pa.vpool.n != 0) & (pa.vpool.window != 0)),
+                        total.eq(pa.vpool.n),
+                        *point(ptr_a, a_out, pa.vpool.in_addr),
+                        step_a.eq(pa.vpool.in_stride),
+                        room_a.eq(self.limit - pa.vpool.in_stride),
+                        room_row.eq(self.limit - pa.vpool.in_step),
+                        row_addr.eq(pa.vpool.in_addr),
+                        w_row.eq(pa.vpool.in_addr),
+                        *point(w_addr, w_out, pa.vpool.out_addr),
+                    ]
                 with m.Case(MicroOp.VCLAMP):
                     m.d.sync += [
                         running.eq(pa.vclamp.n != 0),
@@ -776,16 +779,11 @@ class ComputeUnit(wiring.Component):
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
-                    with m.If((va.n == 0) |
-                              Mux(va.column, va.lane >= wb, va.lane != 0) |
-                              (~va.test & ((va.flag != 0) | (va.expect != 0)))):
-                        self._illegal(m, stop, p)
-                    with m.Else():
-                        m.d.sync += [
-                            running.eq(1),
-                            total.eq(Mux(va.column, va.n, ((va.n - 1) >> lane_bits) + 1)),
-                            *start_at(base_a, ptr_a, a_out, va.addr),
-                        ]
+                    m.d.sync += [
+                        running.eq(va.n != 0),
+                        total.eq(Mux(va.column, va.n, ((va.n - 1) >> lane_bits) + 1)),
+                        *start_at(base_a, ptr_a, a_out, va.addr),
+                    ]
                 with m.Case(MicroOp.VCFG):
                     value = pa.vcfg.value
                     with m.Switch(pa.vcfg.reg):
@@ -800,10 +798,6 @@ class ComputeUnit(wiring.Component):
                             with m.Case(reg):
                                 with m.If(~self.abort):
                                     m.d.sync += field.eq(value[:len(field)])
-                        with m.Default():
-                            self._illegal(m, stop, p)
-                with m.Default():
-                    self._illegal(m, stop, p)
 
         # -- abort wins over everything -------------------------------------------------
         with m.If(self.abort):
@@ -828,9 +822,3 @@ class ComputeUnit(wiring.Component):
         # register, set the cycle after the fault or miss that decides it (a flag
         # that fails a speculation guard lands in the miss's cycle).
         return m
-
-    @staticmethod
-    def _illegal(m, stop, payload):
-        # The fault address of an illegal micro-instruction is its low 32 bits, as the
-        # control unit reports for the opcodes it decodes itself.
-        stop(FaultCause.ILLEGAL_MICRO, Cat(payload.op, Const(0, 2), payload.args)[:32], 0)

@@ -597,6 +597,35 @@ class ControlUnit(wiring.Component):
             m.d.sync += cmd_valid.eq(0)
         m.d.sync += busy_seen.eq((self.compute_busy | cmd_taken) & ~self.dma_abort)
 
+        # -- the DMA command -----------------------------------------------------------
+        # Decoded from the instruction register whatever the state: the push alone
+        # waits for MICRO_EXEC. Inside the state's case, the state's decode came in
+        # front of the GMEM relocation adder and the DMA queue's LUT RAM (10.5 ns of
+        # 07016dc's routed paths, docs/fpga.md step 38).
+        base = Signal(24)
+        base_bad = Signal()     # the reserved GmemBase: ILLEGAL_MICRO
+        with m.Switch(dma_args.gmem_base):
+            with m.Case(GmemBase.ARG0):
+                m.d.comb += base.eq(arg_a)
+            with m.Case(GmemBase.ARG1):
+                m.d.comb += base.eq(arg_b)
+            with m.Case(GmemBase.ABS):
+                m.d.comb += base.eq(0)
+            with m.Default():
+                m.d.comb += base_bad.eq(1)
+        dma_cmd = self.dma_push.payload.command
+        m.d.comb += [
+            dma_cmd.store.eq(micro.op == MicroOp.DMA_STORE),
+            dma_cmd.gmem_addr.eq(base + dma_args.gmem_addr),
+            dma_cmd.gmem_stride.eq(dma_args.gmem_stride),
+            dma_cmd.part.eq(part),
+            dma_cmd.spad_addr.eq(dma_args.spad_addr),
+            dma_cmd.spad_stride.eq(dma_args.spad_stride),
+            dma_cmd.rows.eq(dma_args.rows),
+            dma_cmd.cols.eq(dma_args.cols),
+            self.dma_push.payload.token.eq(dma_args.token),
+        ]
+
         miss = Signal()
         rolling_back = Signal()     # from a miss until the fallback's first instruction
         with m.If(state == _State.PLAN_EXEC):
@@ -711,38 +740,17 @@ class ControlUnit(wiring.Component):
                     with m.Case(MicroOp.NOP):
                         micro_next()
                     with m.Case(MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
-                        base = Signal(24)
-                        base_ok = Signal(init=1)
-                        with m.Switch(dma_args.gmem_base):
-                            with m.Case(GmemBase.ABS):
-                                m.d.comb += base.eq(0)
-                            with m.Case(GmemBase.ARG0):
-                                m.d.comb += base.eq(arg_a)
-                            with m.Case(GmemBase.ARG1):
-                                m.d.comb += base.eq(arg_b)
-                            with m.Default():
-                                m.d.comb += base_ok.eq(0)
-                                raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
-                        cmd = self.dma_push.payload.command
-                        m.d.comb += [
-                            cmd.store.eq(micro.op == MicroOp.DMA_STORE),
-                            cmd.gmem_addr.eq(base + dma_args.gmem_addr),
-                            cmd.gmem_stride.eq(dma_args.gmem_stride),
-                            cmd.part.eq(part),
-                            cmd.spad_addr.eq(dma_args.spad_addr),
-                            cmd.spad_stride.eq(dma_args.spad_stride),
-                            cmd.rows.eq(dma_args.rows),
-                            cmd.cols.eq(dma_args.cols),
-                            self.dma_push.payload.token.eq(dma_args.token),
-                        ]
+                        # The command itself is decoded above, outside the states.
                         # Pushed whatever else faults in this cycle (not `~fault`):
                         # see abandon().
-                        with m.If(base_ok):
+                        with m.If(~base_bad):
                             m.d.comb += self.dma_push.valid.eq(1)
                             with m.If(self.dma_push.ready):
                                 micro_next()
                             with m.Else():
                                 m.d.comb += self.events.stall_dma.eq(1)
+                        with m.Else():
+                            raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
                     with m.Case(MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT,
                                 MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP,
                                 MicroOp.VARGMAX, MicroOp.VCFG):

@@ -37,6 +37,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.vendor import SiliconBluePlatform
 
 from ..kernels.config import TileConfig
+from .copies import copy
 from .multiplier import Multiplier
 
 
@@ -199,16 +200,20 @@ class MacArray(wiring.Component):
         # register of its own: each drives all rows x cols x 32 accumulator bits, and
         # `bias_valid`, which the compute unit works out in its cycle, into them was
         # 801 of the ULX3S build's late endpoints at 100 MHz (docs/fpga.md, step 30).
-        bias_load = Signal()
-        acc_en = Signal()
-        m.d.sync += [
-            bias_load.eq(self.bias_valid),
-            acc_en.eq(self.bias_valid | op_valid & ~self.abort),
-        ]
-        # Whether ACC starts afresh (a bias, or a step marked `first`), a register of
+        # Whether ACC starts afresh (a bias, or a step marked `first`) is a register of
         # its own too: with it, what goes into an accumulator's adder is one LUT deep.
-        acc_load = Signal()
-        m.d.sync += acc_load.eq(self.bias_valid | op_first)
+        # The three are built once per row (`copy`): one flip-flop fanned out to all
+        # rows x cols x 32 bits spent 6.5 ns in wire alone (198c8e5's ULX3S build,
+        # docs/fpga.md step 38).
+        bias_load, acc_en, acc_load = ([copy(Signal(name=f"{name}_{i}"))
+                                        for i in range(cfg.rows)]
+                                       for name in ("bias_load", "acc_en", "acc_load"))
+        for i in range(cfg.rows):
+            m.d.sync += [
+                bias_load[i].eq(self.bias_valid),
+                acc_en[i].eq(self.bias_valid | op_valid & ~self.abort),
+                acc_load[i].eq(self.bias_valid | op_first),
+            ]
 
         in_dsp = self.dsp_accumulator
         if in_dsp is None:
@@ -225,14 +230,14 @@ class MacArray(wiring.Component):
                 dsp_b.eq(op_b),
             ]
             for i in range(cfg.rows):
-                init = Mux(bias_load, self.bias_value[i], 0)
+                init = Mux(bias_load[i], self.bias_value[i], 0)
                 for j in range(cfg.cols):
-                    with m.If(acc_en):
-                        m.d.sync += acc[i][j].eq(Mux(acc_load, init, acc[i][j]) +
+                    with m.If(acc_en[i]):
+                        m.d.sync += acc[i][j].eq(Mux(acc_load[i], init, acc[i][j]) +
                                                  dsp_a[i] * dsp_b[j])
         else:
             for i in range(cfg.rows):
-                init = Mux(bias_load, self.bias_value[i], 0)
+                init = Mux(bias_load[i], self.bias_value[i], 0)
                 for j in range(cfg.cols):
                     # The product register: on an ECP5 the DSP block's own (its
                     # operands come from the shared registers above).
@@ -245,9 +250,9 @@ class MacArray(wiring.Component):
                     # from there, made the MAC array's late endpoints on the ULX3S,
                     # docs/fpga.md step 35). The sum is 33 bits wide; the assignment
                     # wraps it to 32.
-                    addend = Mux(bias_load, 0, mul.p)
-                    with m.If(acc_en):
-                        m.d.sync += acc[i][j].eq(Mux(acc_load, init, acc[i][j]) + addend)
+                    addend = Mux(bias_load[i], 0, mul.p)
+                    with m.If(acc_en[i]):
+                        m.d.sync += acc[i][j].eq(Mux(acc_load[i], init, acc[i][j]) + addend)
 
         with m.Switch(self.row):
             for i in range(cfg.rows):
@@ -257,7 +262,7 @@ class MacArray(wiring.Component):
                 m.d.sync += self.acc_row.eq(0)
 
         m.d.comb += [
-            self.busy.eq(op_valid | prod_valid | bias_load),
+            self.busy.eq(op_valid | prod_valid | bias_load[0]),
             self.macs.eq(Mux(adding, cfg.rows * cfg.cols, 0)),
         ]
         return m
