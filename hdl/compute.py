@@ -34,6 +34,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import MicroOp, MicroArgs, FaultCause, VectorCfg
+from .copies import copy
 from .mac_array import MacArray
 from .scratchpad import SpadPortSignature, point as spad_point
 from .vector import VectorAlu, VectorOp, VectorRegs
@@ -501,12 +502,19 @@ class ComputeUnit(wiring.Component):
         rdata_a = Signal(word_bits, reset_less=True)
         rdata_b = Signal(word_bits, reset_less=True)
         m.d.sync += [rdata_a.eq(self.a.rdata), rdata_b.eq(self.b.rdata)]
+        # Which of the two is the data stage's word: `d_step.hold_a` (`hold_b`), in a
+        # copy per byte lane. One flip-flop choosing all of a word's bits, for the MAC
+        # array and the vector unit, was 2 to 2.6 ns of wire at the start of the
+        # vector unit's comparisons (step 37's ULX3S builds, docs/fpga.md step 38).
         word_a = Signal(word_bits)
         word_b = Signal(word_bits)
-        m.d.comb += [
-            word_a.eq(Mux(d_step.hold_a, hold_a, rdata_a)),
-            word_b.eq(Mux(d_step.hold_b, hold_b, rdata_b)),
-        ]
+        for word, held, rdata, name in ((word_a, hold_a, rdata_a, "hold_a"),
+                                        (word_b, hold_b, rdata_b, "hold_b")):
+            for j in range(wb):
+                choose_held = copy(Signal(name=f"d_{name}_{j}"))
+                m.d.sync += choose_held.eq(getattr(r_step, name))
+                lane = slice(8 * j, 8 * (j + 1))
+                m.d.comb += word[lane].eq(Mux(choose_held, held[lane], rdata[lane]))
 
         # MAC array.
         m.d.comb += [

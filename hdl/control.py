@@ -32,8 +32,8 @@ class ControlEvents(data.Struct):
     """What the control unit did this cycle, for the performance counters.
 
     ``void`` cancels the retirements of its cycle (``plan_retired``, ``micro_retired``,
-    ``call_done``, ``inference``, ``branch``, ``spec_hit``): a fault or a miss abandons
-    it. The counters apply it after registering the events (``PerfCounters.void``),
+    ``call_done``, ``inference``, ``branch``, ``spec_hit``) and its ``swap``: a fault
+    or a miss abandons it. The counters apply it after registering the events (``PerfCounters.void``),
     so that the fault decision is not in front of every counter's increment.
     """
     active:        1   #: a plan is running
@@ -43,7 +43,7 @@ class ControlEvents(data.Struct):
     stall_compute: 1   #: the kernel sequencer waits for the compute unit
     call_done:     1   #: a kernel call returned
     inference:     1   #: a plan reached DONE
-    swap:          1   #: the active plan bank changed
+    swap:          1   #: the active plan bank changes (unless ``void``)
     fault:         1   #: the tile stopped on a fault
     branch:        1   #: a BRANCH retired (on flag ``flag``)
     taken:         1   #: ... and was taken
@@ -308,12 +308,19 @@ class ControlUnit(wiring.Component):
                          fault_part.eq(part_)]
 
         # -- swap: an idle tile takes it at once, a running one at DONE ---------------
+        # A swap is due at those points, and taken unless the cycle is abandoned (a
+        # fault or a miss). The counter counts it as due and voids it with the cycle:
+        # the fault decision is in front of the swap, not of the counter (10.6 ns of
+        # 07016dc's ULX3S build, docs/fpga.md step 38).
+        swap_due = Signal()
+        abandoned = Signal()
         take_swap = Signal()
+        m.d.comb += take_swap.eq(swap_due & ~abandoned)
         with m.If(take_swap):
             m.d.sync += [self.active_bank.eq(~self.active_bank), self.swap_pending.eq(0)]
         with m.Elif(self.swap):
             m.d.sync += self.swap_pending.eq(1)
-        m.d.comb += self.events.swap.eq(take_swap)
+        m.d.comb += self.events.swap.eq(swap_due)
 
         # -- trace record of the current call -----------------------------------------
         # The DMA's word pulses and the compute unit's busy bits are registered before
@@ -547,6 +554,7 @@ class ControlUnit(wiring.Component):
         check_started = Signal()    # the check has the instruction in MICRO_EXEC
         checked = Signal()          # ... and its answer is registered
         check_illegal = Signal()
+        check_bad = Signal()        # illegal or outside: whether to fault, one register
         with m.If(state != _State.MICRO_EXEC):
             m.d.sync += [check_started.eq(0), checked.eq(0)]
         # Which operands end outside the slot's partition (the check's comparison),
@@ -636,7 +644,7 @@ class ControlUnit(wiring.Component):
             with m.Case(_State.IDLE):
                 m.d.comb += self.plan_rd_bank.eq(self.active_bank)
                 with m.If(self.swap_pending | self.swap):
-                    m.d.comb += take_swap.eq(1)
+                    m.d.comb += swap_due.eq(1)
                 with m.If(self.start):
                     m.d.comb += self.plan_rd_en.eq(1)
                     m.d.sync += watchdog_hit.eq(0)      # the count starts at 0
@@ -704,7 +712,7 @@ class ControlUnit(wiring.Component):
                             m.d.comb += [self.events.plan_retired.eq(1),
                                          self.events.inference.eq(1)]
                             with m.If(self.swap_pending | self.swap):
-                                m.d.comb += take_swap.eq(1)
+                                m.d.comb += swap_due.eq(1)
                         with m.Case(PlanOp.CALL):
                             with m.If(~slot_ok):
                                 raise_fault(FaultCause.SLOT_INVALID, plan.sel)
@@ -767,13 +775,16 @@ class ControlUnit(wiring.Component):
                         with m.Elif(~checked):
                             with m.If(check.valid):
                                 m.d.sync += [checked.eq(1), check_illegal.eq(check.illegal),
-                                             outside.eq(check.outside)]
+                                             outside.eq(check.outside),
+                                             check_bad.eq(check.illegal |
+                                                          check.outside.any())]
                         with m.Elif(compute_pending):
                             m.d.comb += self.events.stall_compute.eq(1)
-                        with m.Elif(check_illegal):
-                            raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
-                        with m.Elif(outside.any()):
-                            raise_fault(FaultCause.PARTITION, outside_end, part)
+                        with m.Elif(check_bad):
+                            raise_fault(Mux(check_illegal, FaultCause.ILLEGAL_MICRO,
+                                            FaultCause.PARTITION),
+                                        Mux(check_illegal, micro_ir[:32], outside_end),
+                                        Mux(check_illegal, 0, part))
                         with m.Else():
                             m.d.comb += issue_compute.eq(1)
                             micro_next()
@@ -855,7 +866,7 @@ class ControlUnit(wiring.Component):
             it has written a word: in front of the buffer's registers, the decision
             was the routed worst path of step 33's last build (13.66 ns)."""
             m.d.comb += [
-                take_swap.eq(0),
+                abandoned.eq(1),
                 self.events.void.eq(1),
                 self.trace_push.eq(self.in_kernel),
                 record.faulted.eq(1),

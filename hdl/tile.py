@@ -329,11 +329,11 @@ class Tile(wiring.Component):
 
         names = csr.counter_names
         assert set(names) == set(increments)
-        # The retirements the control unit signals before its fault decision, which
-        # the counters apply (`ControlEvents.void`).
+        # The retirements and swaps the control unit signals before its fault decision,
+        # which the counters apply (`ControlEvents.void`).
         voidable = [n for n in names
                     if n in ("PLAN_RETIRED", "MICRO_RETIRED", "KERNEL_CALLS", "INFERENCES",
-                             "SPEC_HITS") or n.startswith(("SLOT_CALLS[", "BRANCH_"))]
+                             "SWAPS", "SPEC_HITS") or n.startswith(("SLOT_CALLS[", "BRANCH_"))]
         m.submodules.counters = counters = PerfCounters(
             names, inc_width={n: len(Value.cast(increments[n])) for n in names},
             immediate=["CYCLES"], voidable=voidable)

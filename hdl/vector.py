@@ -40,6 +40,7 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from ..kernels.isa import CmpOp
 from .compare import below
+from .copies import copy
 from .multiplier import Multiplier
 
 
@@ -163,11 +164,16 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     mask = _register(m, ((Const(1, 1) << shift_early) - 1)[:32], f"{name}_mask")
     zp_1 = _register(m, zp, f"{name}_zp")
     lo_1, hi_1 = _register(m, lo, f"{name}_lo_d1"), _register(m, hi, f"{name}_hi_d1")
-    lo_2, hi_2 = _register(m, lo_1, f"{name}_lo_d2"), _register(m, hi_1, f"{name}_hi_d2")
-    inverted = _register(m, lo_1 > hi_1, f"{name}_inverted")     # lo_2 > hi_2
+    inverted_1 = lo_1 > hi_1
     # mask: the bits of p >> 30 below t[0]
     values, saturated = [], []
     for lane, prod in enumerate(prods):
+        # The clamp's bounds, a copy per lane: one register read by every lane's
+        # comparisons spent 3 ns in wire on 198c8e5's ULX3S build (docs/fpga.md,
+        # step 38).
+        lo_2 = copy(_register(m, lo_1, f"{name}{lane}_lo_d2"))
+        hi_2 = copy(_register(m, hi_1, f"{name}{lane}_hi_d2"))
+        inverted = copy(_register(m, inverted_1, f"{name}{lane}_inverted"))  # lo_2 > hi_2
         # |p| < 2**63, so p >> 30 fits 34 bits; widening first makes the sticky mask
         # see sign bits when p is narrower than 30 + shift.
         wide = Signal(signed(64), name=f"{name}{lane}_wide")
