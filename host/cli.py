@@ -602,6 +602,11 @@ def report_command(args, out):
         help=f"UART line rate (default: {DEFAULT_BAUD})"),
     arg("--out", metavar="DIR", help="build directory (default: build/fpga/BOARD)"),
     arg("--seed", type=int, default=1, help="nextpnr's placement seed (default: 1)"),
+    arg("--seeds", type=int, default=1, metavar="N",
+        help="make N placements (seeds SEED to SEED + N - 1, each in OUT/seed-S) and "
+             "keep the fastest (default: 1)"),
+    arg("--jobs", "-j", type=int, metavar="J",
+        help="placements built at once (default: N or the processors, the fewer)"),
     arg("--sdf", action="store_true",
         help="also write the routed design's delays (routed.sdf in the build "
              "directory) for scripts/sdf_paths.py"),
@@ -618,7 +623,8 @@ def build_command(args, out):
     try:
         result = build(args.board, config=_parse_config(args.config),
                        clock_hz=None if args.clock_mhz is None else args.clock_mhz * 1e6,
-                       baud=args.baud, build_dir=args.out, seed=args.seed, sdf=args.sdf,
+                       baud=args.baud, build_dir=args.out, seed=args.seed,
+                       seeds=args.seeds, jobs=args.jobs, sdf=args.sdf,
                        progress=say)
         if args.program and result["timing_met"]:
             say(f"programming the board with {result['bitstream']}")
@@ -640,6 +646,10 @@ def build_command(args, out):
         console.print(f"clock {result['clock_mhz']['pll']:g} MHz, Fmax "
                       f"{result['fmax_mhz']:g} MHz: timing {verdict}; peak "
                       f"{result['peak_gops']:g} GOPS; built in {result['build_seconds']:.0f} s")
+        if len(result["seeds"]) > 1:
+            console.print("placements: " + ", ".join(
+                f"seed {s['seed']} {s['fmax_mhz']:g} MHz" for s in result["seeds"])
+                + f"; kept seed {result['seed']}")
         path = result["critical_path"]
         if path and not result["timing_met"]:
             console.print(f"critical path: {path['from']} -> {path['to']}, "

