@@ -206,7 +206,6 @@ class PerfCounters(wiring.Component):
         pending = [Signal(len(self.inc[n]) + extra, name=f"pend_{_ident(n)}") for n in in_ram]
         stale = Signal(slots, init=(1 << slots) - 1)
         scan = Signal(range(slots))
-        last_read = Signal()
 
         m.submodules.ram = ram = Memory(shape=64, depth=slots, init=[])
         wr = ram.write_port()
@@ -227,15 +226,22 @@ class PerfCounters(wiring.Component):
         s3_word = Signal(64)
         s3_pend = Signal.like(s1_pend_scan)
 
-        in_flight = ((s1_flush & (s1_slot == req_slot)) | (s2_flush & (s2_slot == req_slot)))
+        # Whether the RAM word addressed in this cycle is a read's (else the scanner's),
+        # a register: it decides the RAM's address, the scanner's step and every
+        # pending count's flush, and worked out in its own cycle it was 12.0 ns of
+        # 1bd7667's ULX3S build (docs/fpga.md, step 38). A request is read no sooner
+        # than a cycle after it is taken (by then the events of its `stb`'s cycle are
+        # in the pending counts, two cycles after them), not in the cycle after
+        # another read, and not while its word's flush is still in stages 1 and 2:
+        # `reading` is set for the next cycle when the request is in and none of that
+        # will hold then (the flush in stage 1 then is the scanner's word now, the
+        # one in stage 2 then is stage 1's now).
         reading = Signal()
-        # A request is read no sooner than a cycle after it is taken: by then the
-        # events of its `stb`'s cycle are in the pending counts (two cycles after them).
-        ripe = Signal()
-        m.d.sync += ripe.eq(req & ~req_reg & ~reading)
+        flush_in_flight = (((scan < len(in_ram)) & (scan == req_slot)) |
+                           (s1_flush & (s1_slot == req_slot)))
+        m.d.sync += reading.eq(req & ~req_reg & ~reading & ~rd.stb & ~flush_in_flight)
         slot = Signal.like(scan)
         m.d.comb += [
-            reading.eq(req & ripe & ~req_reg & ~last_read & ~in_flight),
             slot.eq(Mux(reading, req_slot, scan)),
             rp.addr.eq(slot),
         ]
@@ -273,7 +279,6 @@ class PerfCounters(wiring.Component):
             s1_stale.eq(Mux(reading, stale.bit_select(req_slot, 1),
                             stale.bit_select(scan, 1))),
             s1_pend_scan.eq(pend_of[scan]),
-            last_read.eq(reading),
         ]
         with m.If(reading):
             m.d.sync += req.eq(0)
