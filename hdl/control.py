@@ -10,6 +10,7 @@ from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, Faul
     TraceRecord, FLAGS, INDEX_REGS
 from .dma_queue import QueuedDmaCommand
 from .compute import ComputeCommand, vcmp_word
+from .copies import copy
 from .operands import OperandCheck
 
 
@@ -248,6 +249,11 @@ class ControlUnit(wiring.Component):
         plan = PlanInstr(plan_ir)
         micro = MicroInstr(micro_ir)
         dma_args = micro.args.dma
+        # The opcode again, for MICRO_EXEC's decisions alone (`copy`): the operand
+        # check, the command registers and the sequencer read the instruction
+        # register's opcode across the unit, and its wire was 4 ns of the fault
+        # decision's worst path in a 1bd7667 build (docs/fpga.md, step 38).
+        exec_op = copy(Signal(MicroOp, name="exec_op"))
 
         arg_a = Signal(24)
         arg_b = Signal(24)
@@ -737,14 +743,15 @@ class ControlUnit(wiring.Component):
                     plan_goto(next_q, next_outside)
 
             with m.Case(_State.MICRO_FETCH):
-                m.d.sync += micro_ir.eq(self.kern_rd_data)
+                m.d.sync += [micro_ir.eq(self.kern_rd_data),
+                             exec_op.eq(MicroInstr(self.kern_rd_data).op)]
                 with m.If(micro_pc_outside):
                     raise_fault(FaultCause.SLOT_RANGE, self.micro_pc)
                 with m.Else():
                     m.d.sync += state.eq(_State.MICRO_EXEC)
 
             with m.Case(_State.MICRO_EXEC):
-                with m.Switch(micro.op):
+                with m.Switch(exec_op):
                     with m.Case(MicroOp.NOP):
                         micro_next()
                     with m.Case(MicroOp.DMA_LOAD, MicroOp.DMA_STORE):

@@ -9,6 +9,9 @@ of ``fusetile.host.fpga``), which ``opt_merge`` leaves alone. In simulation a co
 just another register with the same value.
 """
 
+from amaranth.hdl import Value
+
+
 __all__ = ["ATTR", "KEEP_COPIES", "copy"]
 
 
@@ -21,6 +24,7 @@ KEEP_COPIES = [f"setattr -set keep 1 a:{ATTR} %ci1:+$dff[Q] t:$dff %i"]
 
 
 def copy(signal):
-    """Mark register ``signal`` as a copy to keep apart; returns it."""
-    signal.attrs[ATTR] = 1
+    """Mark register ``signal`` (a :class:`Signal`, or a view of one) as a copy to keep
+    apart; returns it."""
+    Value.cast(signal).attrs[ATTR] = 1
     return signal
