@@ -572,10 +572,13 @@ class VectorAlu(wiring.Component):
         pay = self.i.payload
         lanes_in = [pay.a[j] for j in range(lanes)]
         zp_in = self.regs.zp_a
+        # (Each comparison the sign of a 9-bit subtraction, `below`: the carry chain's
+        # last bit is the answer, where `>` left three LUTs after it; 10.71 ns, the
+        # worst path of c475267's ULX3S build, docs/fpga.md step 38.)
         pre = {
-            "above":    Cat(lanes_in[j] > pay.hi for j in range(lanes)),
-            "below":    Cat(lanes_in[j] < pay.lo for j in range(lanes)),
-            "inverted": pay.lo > pay.hi,
+            "above":    Cat(below(pay.hi, lanes_in[j]) for j in range(lanes)),
+            "below":    Cat(below(lanes_in[j], pay.lo) for j in range(lanes)),
+            "inverted": below(pay.hi, pay.lo),
         }
         uvz_next, uvmax_next = [], []
         for j in range(lanes):
