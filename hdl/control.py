@@ -34,8 +34,9 @@ class ControlEvents(data.Struct):
 
     ``void`` cancels the retirements of its cycle (``plan_retired``, ``micro_retired``,
     ``call_done``, ``inference``, ``branch``, ``spec_hit``) and its ``swap``: a fault
-    or a miss abandons it. The counters apply it after registering the events (``PerfCounters.void``),
-    so that the fault decision is not in front of every counter's increment.
+    or a miss abandons it. The counters apply it after registering the events
+    (``PerfCounters.void``), so that the fault decision is not in front of every
+    counter's increment.
     """
     active:        1   #: a plan is running
     plan_retired:  1
