@@ -208,7 +208,6 @@ class Ref:
         # Illegal commands are refused by the issuer (the control unit's operand
         # check); the unit does nothing with those it can tell from a bit or two, and
         # what it does with the rest is not specified (it runs them as encoded).
-        unspecified = AssertionError(f"the unit's answer to {op!r} {f} is not specified")
         if op == MicroOp.MATMUL:
             for t in range(f["k"]):
                 a = self.read(part, f["a_addr"] + t * f["a_stride"])[:R]
@@ -272,7 +271,7 @@ class Ref:
                 return
             if ((f["lane"] >= wb if f["column"] else f["lane"] != 0) or
                     (not f["test"] and (f["flag"] or f["expect"]))):
-                raise unspecified
+                raise AssertionError(f"the unit's answer to {op!r} {f} is not specified")
             if f["column"]:
                 words = [self.read(part, f["addr"] + w) for w in range(n)]
                 result = arith.vargmax_column(words, f["lane"])
