@@ -9,15 +9,18 @@ from ..kernels.config import TileConfig
 from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, \
     TraceRecord, FLAGS, INDEX_REGS
 from .dma_queue import QueuedDmaCommand
+from .compare import at_least
 from .compute import ComputeCommand, vcmp_word
-from .copies import copy
 from .operands import OperandCheck
+from .stores import MicroClass
 
 
 __all__ = ["ControlUnit", "ControlEvents"]
 
 
 class _State(enum.Enum):
+    """The sequencers' states; the state register is one-hot, bit ``value`` is the
+    state (see ``at``)."""
     IDLE        = 0
     PLAN_FETCH  = 1   # the store's word out: the instruction register takes it
     PLAN_EXEC   = 2
@@ -27,6 +30,11 @@ class _State(enum.Enum):
     PUBLISH     = 6   # COMMIT hit: staged stores drain into GMEM
     PLAN_DECODE = 7   # from the instruction register: where it goes, whether legal
     ROLLBACK    = 8   # a miss: the fallback's instruction is read (the other bank)
+
+    @property
+    def code(self):
+        """The state register's value in this state (one-hot)."""
+        return 1 << self.value
 
 
 class ControlEvents(data.Struct):
@@ -106,6 +114,9 @@ class ControlUnit(wiring.Component):
     kern_rd_en : Out(1)
         As ``plan_rd_en``, for the kernel store and a micro-instruction fetch.
     kern_rd_data : In(128)
+    kern_rd_class : In(MicroClass)
+        The class of the micro-instruction on ``kern_rd_data`` (the kernel store's
+        ``rd_class``).
     slot_lock : Out(1)
     locked_slot : Out(4)
         Host writes to slot ``locked_slot`` (its instructions and its SLOT entry) must
@@ -207,7 +218,7 @@ class ControlUnit(wiring.Component):
             "plan_rd_bank": Out(1), "plan_rd_pc": Out(16), "plan_rd_en": Out(1),
             "plan_rd_data": In(64),
             "kern_rd_slot": Out(4), "kern_rd_upc": Out(16), "kern_rd_en": Out(1),
-            "kern_rd_data": In(128),
+            "kern_rd_data": In(128), "kern_rd_class": In(MicroClass),
             "slot_lock": Out(1), "locked_slot": Out(4), "slot_hold": Out(1),
             "dma_push": Out(stream.Signature(QueuedDmaCommand)),
             "dma_outstanding": In(4),
@@ -250,11 +261,11 @@ class ControlUnit(wiring.Component):
         plan = PlanInstr(plan_ir)
         micro = MicroInstr(micro_ir)
         dma_args = micro.args.dma
-        # The opcode again, for MICRO_EXEC's decisions alone (`copy`): the operand
-        # check, the command registers and the sequencer read the instruction
-        # register's opcode across the unit, and its wire was 4 ns of the fault
-        # decision's worst path in a 1bd7667 build (docs/fpga.md, step 38).
-        exec_op = copy(Signal(MicroOp, name="exec_op"))
+        # The instruction's class, registered with it: MICRO_EXEC's decisions test a
+        # flip-flop per class. Decoded from the opcode there, the decode came first on
+        # the fault decision's worst paths (three LUTs of b3f276a's 11.71 ns;
+        # docs/fpga.md, step 39).
+        exec_class = Signal(MicroClass)
 
         arg_a = Signal(24)
         arg_b = Signal(24)
@@ -374,18 +385,27 @@ class ControlUnit(wiring.Component):
         # Whether the watchdog is at its limit, worked out a cycle ahead from the
         # count's next value (START zeroes it) and registered: the 32-bit comparison in
         # front of the fault decision was the ULX3S build's routed worst path (ad84542).
-        # A new limit counts from the cycle after the one the CSR takes it in.
+        # A new limit counts from the cycle after the one the CSR takes it in. The
+        # running bit is the adder's carry in and the comparison the sign of a
+        # subtraction, two carry chains: ABC built the comparison as six LUTs after
+        # the adder (10.29 ns of c475267's routed paths, docs/fpga.md step 39).
         watchdog_next = Signal(32)
         watchdog_hit = Signal()
-        m.d.comb += watchdog_next.eq(Mux(self.running, watchdog + 1, watchdog))
+        m.d.comb += watchdog_next.eq(watchdog + self.running)
         m.d.sync += watchdog_hit.eq((self.watchdog_limit != 0) &
-                                    (watchdog_next >= self.watchdog_limit))
+                                    at_least(watchdog_next, self.watchdog_limit))
 
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
         # An explicit state register rather than m.FSM: faults and misses from any
-        # state are one override at the end instead of a check in every state.
-        state = Signal(_State)
+        # state are one override at the end instead of a check in every state. It is
+        # one-hot, so that a decision tests one flip-flop for its state: the decode of
+        # a binary state came in front of every term of the fault decision.
+        state = Signal(len(_State), init=_State.IDLE.code)
+
+        def at(s):
+            return state[s.value]
+
         # micro_pc + 1, kept in a register beside it rather than added: it addresses
         # the kernel store in MICRO_EXEC, and the adder in front of the fan-out to the
         # store's block RAMs made that the ULX3S build's most common late endpoint
@@ -402,21 +422,24 @@ class ControlUnit(wiring.Component):
         next_outside = Signal()
         m.d.sync += [next_q.eq(next_pc), next_outside.eq(next_pc >= cfg.plan_depth)]
 
-        def plan_goto(pc, outside):
-            # `outside`: pc is past the bank, worked out a cycle ahead. Targets are
-            # 24-bit operands, checked whole before plan_pc truncates them.
-            target = Signal(25)
-            m.d.comb += target.eq(pc)
-            with m.If(outside):
-                raise_fault(FaultCause.PLAN_RANGE, target)
-            with m.Else():
-                m.d.sync += [self.plan_pc.eq(target), state.eq(_State.PLAN_FETCH)]
+        def plan_goto(pc, outside=None):
+            # `outside`: pc is past the bank, worked out a cycle ahead (PLAN_EXEC's
+            # decode tests its own targets: `plan_bad`).
+            def go():
+                m.d.sync += [self.plan_pc.eq(pc), state.eq(_State.PLAN_FETCH.code)]
                 m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_en.eq(1)]
+            if outside is None:
+                go()
+                return
+            with m.If(outside):
+                raise_fault(FaultCause.PLAN_RANGE, pc)
+            with m.Else():
+                go()
 
         def micro_next():
             m.d.sync += [self.micro_pc.eq(next_upc), next_upc.eq(next_upc + 1),
                          micro_pc_outside.eq(next_upc >= cfg.slot_depth),
-                         state.eq(_State.MICRO_FETCH)]
+                         state.eq(_State.MICRO_FETCH.code)]
             m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_en.eq(1)]
 
         # The stores refuse host writes into what the control unit reads, so that no
@@ -432,12 +455,12 @@ class ControlUnit(wiring.Component):
         # write decided there would land with the CALL's fetch, or between its test of
         # the entry and its use.
         calling = Signal()
-        m.d.comb += calling.eq(((state == _State.PLAN_DECODE) | (state == _State.PLAN_EXEC)) &
+        m.d.comb += calling.eq((at(_State.PLAN_DECODE) | at(_State.PLAN_EXEC)) &
                                (plan.op == PlanOp.CALL))
         m.d.sync += [
             self.slot_lock.eq(self.in_kernel | calling),
             self.locked_slot.eq(Mux(self.in_kernel, self.slot, plan.sel)),
-            self.slot_hold.eq(state == _State.PLAN_FETCH),
+            self.slot_hold.eq(at(_State.PLAN_FETCH)),
         ]
 
         # -- plan predecode: a cycle between fetch and execution works out where the ----
@@ -512,6 +535,12 @@ class ControlUnit(wiring.Component):
             (fetched.cond != 0) & (fetched.op != PlanOp.BRANCH) & (fetched.op != PlanOp.ASSUME))
 
         illegal_plan = Signal()     # the instruction is illegal (ILLEGAL_PLAN)
+        goes = Signal()             # it goes to `goto` (NOP, MARK, JUMP, BRANCH, SWITCH,
+                                    # ASSUME)
+        switches = Signal()         # SWITCH
+        calls = Signal()            # CALL
+        marks = Signal()            # MARK
+        commit_misses = Signal()    # COMMIT, and its guard is false
         where = Signal(16)          # SWITCH: the index register
         where_outside = Signal()    # ... not below the table's length
         taken = Signal()            # BRANCH: the flag has the value that takes it
@@ -523,32 +552,56 @@ class ControlUnit(wiring.Component):
         # PUBLISH the next), and the word is used only if it does. With the decisions
         # (the fault and miss decision last) in front of it, the address was the worst
         # path of step 34's first build (12.93 ns).
-        with m.Switch(state):
-            with m.Case(_State.IDLE):
-                m.d.comb += self.plan_rd_pc.eq(0)
-            with m.Case(_State.PLAN_EXEC):
-                m.d.comb += self.plan_rd_pc.eq(goto)
-            with m.Case(_State.ROLLBACK):
-                m.d.comb += self.plan_rd_pc.eq(resume_pc)
-            with m.Default():
-                m.d.comb += self.plan_rd_pc.eq(next_q)
+        with m.If(at(_State.IDLE)):
+            m.d.comb += self.plan_rd_pc.eq(0)
+        with m.Elif(at(_State.PLAN_EXEC)):
+            m.d.comb += self.plan_rd_pc.eq(goto)
+        with m.Elif(at(_State.ROLLBACK)):
+            m.d.comb += self.plan_rd_pc.eq(resume_pc)
+        with m.Else():
+            m.d.comb += self.plan_rd_pc.eq(next_q)
 
         # CALL: the slot exists and is valid. Its entry is locked from here on (see
         # `calling`), so the test holds in the execution cycle; made there, the
         # selection of the slot's valid bit came first on the fault decision's path
         # into the staging buffer and everything a fault abandons (step 33's worst).
         slot_ok = Signal()
-        with m.If(state == _State.PLAN_DECODE):
+        with m.If(at(_State.PLAN_DECODE)):
             m.d.sync += [
                 slot_ok.eq((fetched.sel < cfg.kernel_slots) &
                            self.slot_valid.bit_select(fetched.sel, 1)),
                 illegal_plan.eq(fetched_illegal | cond_illegal),
+                goes.eq(fetched.op.as_value().matches(
+                    PlanOp.NOP, PlanOp.MARK, PlanOp.JUMP, PlanOp.BRANCH, PlanOp.SWITCH,
+                    PlanOp.ASSUME)),
+                switches.eq(fetched.op == PlanOp.SWITCH),
+                calls.eq(fetched.op == PlanOp.CALL),
+                marks.eq(fetched.op == PlanOp.MARK),
+                commit_misses.eq((fetched.op == PlanOp.COMMIT) &
+                                 (self.flags.bit_select(guard_flag, 1) != guard_value)),
                 where.eq(fetched_where),
                 where_outside.eq(Array(index_outside)[fetched.sel[:2]]),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
                 goto_outside.eq(fetched_outside),
             ]
+        # Whether the executed instruction faults, from those registers alone, and why
+        # (in this order: illegal, a SWITCH index, the CALLed slot, the target). With
+        # the opcode's decode in every term, the decision was a LUT deeper.
+        plan_bad = Signal()
+        plan_bad_cause = Signal(FaultCause)
+        plan_bad_addr = Signal(32)
+        m.d.comb += plan_bad.eq(illegal_plan | (switches & where_outside) |
+                                (calls & ~slot_ok) | (goes & goto_outside))
+        with m.If(illegal_plan):
+            m.d.comb += [plan_bad_cause.eq(FaultCause.ILLEGAL_PLAN),
+                         plan_bad_addr.eq(plan_ir[:32])]
+        with m.Elif(switches & where_outside):
+            m.d.comb += [plan_bad_cause.eq(FaultCause.SWITCH_RANGE), plan_bad_addr.eq(where)]
+        with m.Elif(calls):
+            m.d.comb += [plan_bad_cause.eq(FaultCause.SLOT_INVALID), plan_bad_addr.eq(plan.sel)]
+        with m.Else():
+            m.d.comb += [plan_bad_cause.eq(FaultCause.PLAN_RANGE), plan_bad_addr.eq(goto)]
 
         # -- the operand check of compute micro-instructions ------------------------------
         # It takes the instruction register (not the kernel store's output, which
@@ -561,9 +614,10 @@ class ControlUnit(wiring.Component):
         check_started = Signal()    # the check has the instruction in MICRO_EXEC
         checked = Signal()          # ... and its answer is registered
         check_illegal = Signal()
-        check_bad = Signal()        # illegal or outside: whether to fault, one register
-        with m.If(state != _State.MICRO_EXEC):
-            m.d.sync += [check_started.eq(0), checked.eq(0)]
+        armed = Signal()            # ... and it is illegal or outside: the instruction
+                                    # faults when it would issue
+        with m.If(~at(_State.MICRO_EXEC)):
+            m.d.sync += [check_started.eq(0), checked.eq(0), armed.eq(0)]
         # Which operands end outside the slot's partition (the check's comparison),
         # registered. The extent is registered in the scratchpad: CALL sets the slot
         # three cycles before the check takes the partition's length (MICRO_FETCH and
@@ -617,17 +671,13 @@ class ControlUnit(wiring.Component):
         # waits for MICRO_EXEC. Inside the state's case, the state's decode came in
         # front of the GMEM relocation adder and the DMA queue's LUT RAM (10.5 ns of
         # 07016dc's routed paths, docs/fpga.md step 38).
+        # (The reserved GmemBase makes the instruction's class `illegal`.)
         base = Signal(24)
-        base_bad = Signal()     # the reserved GmemBase: ILLEGAL_MICRO
         with m.Switch(dma_args.gmem_base):
             with m.Case(GmemBase.ARG0):
                 m.d.comb += base.eq(arg_a)
             with m.Case(GmemBase.ARG1):
                 m.d.comb += base.eq(arg_b)
-            with m.Case(GmemBase.ABS):
-                m.d.comb += base.eq(0)
-            with m.Default():
-                m.d.comb += base_bad.eq(1)
         dma_cmd = self.dma_push.payload.command
         m.d.comb += [
             dma_cmd.store.eq(micro.op == MicroOp.DMA_STORE),
@@ -643,189 +693,172 @@ class ControlUnit(wiring.Component):
 
         miss = Signal()
         rolling_back = Signal()     # from a miss until the fallback's first instruction
-        with m.If(state == _State.PLAN_EXEC):
+        with m.If(at(_State.PLAN_EXEC)):
             m.d.sync += rolling_back.eq(0)
         m.d.comb += self.events.rollback.eq(rolling_back)
 
-        with m.Switch(state):
-            with m.Case(_State.IDLE):
-                m.d.comb += self.plan_rd_bank.eq(self.active_bank)
-                with m.If(self.swap_pending | self.swap):
-                    m.d.comb += swap_due.eq(1)
-                with m.If(self.start):
-                    m.d.comb += self.plan_rd_en.eq(1)
-                    m.d.sync += watchdog_hit.eq(0)      # the count starts at 0
-                    m.d.sync += [
-                        self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
-                        self.exec_bank.eq(self.active_bank), watchdog.eq(0),
-                        state.eq(_State.PLAN_FETCH),
-                    ]
-
-            with m.Case(_State.PLAN_FETCH):
-                m.d.sync += plan_ir.eq(self.plan_rd_data)
-                with m.If(rolling_back & resume_outside):
-                    raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
-                with m.Else():
-                    m.d.sync += state.eq(_State.PLAN_DECODE)
-
-            with m.Case(_State.PLAN_DECODE):
-                m.d.sync += state.eq(_State.PLAN_EXEC)
-
-            with m.Case(_State.ROLLBACK):
+        # The states, each on its own flip-flop (exactly one is set).
+        with m.If(at(_State.IDLE)):
+            m.d.comb += self.plan_rd_bank.eq(self.active_bank)
+            with m.If(self.swap_pending | self.swap):
+                m.d.comb += swap_due.eq(1)
+            with m.If(self.start):
                 m.d.comb += self.plan_rd_en.eq(1)
-                m.d.sync += [self.plan_pc.eq(resume_pc), state.eq(_State.PLAN_FETCH)]
+                m.d.sync += watchdog_hit.eq(0)      # the count starts at 0
+                m.d.sync += [
+                    self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
+                    self.exec_bank.eq(self.active_bank), watchdog.eq(0),
+                    state.eq(_State.PLAN_FETCH.code),
+                ]
 
-            with m.Case(_State.PLAN_EXEC):
-                with m.If(illegal_plan):
-                    raise_fault(FaultCause.ILLEGAL_PLAN, plan_ir[:32])
-                with m.Else():
-                    with m.Switch(plan.op):
-                        with m.Case(PlanOp.NOP):
-                            plan_goto(goto, goto_outside)
-                        with m.Case(PlanOp.MARK):
-                            m.d.sync += self.mark.eq(plan.a)
-                            plan_goto(goto, goto_outside)
-                        with m.Case(PlanOp.JUMP):
-                            plan_goto(goto, goto_outside)
-                        with m.Case(PlanOp.BRANCH):
-                            m.d.comb += [self.events.branch.eq(1),
-                                         self.events.taken.eq(taken),
-                                         self.events.flag.eq(plan.sel)]
-                            plan_goto(goto, goto_outside)
-                        with m.Case(PlanOp.SWITCH):
-                            with m.If(where_outside):
-                                raise_fault(FaultCause.SWITCH_RANGE, where)
-                            with m.Else():
-                                plan_goto(goto, goto_outside)
-                        with m.Case(PlanOp.ASSUME):
-                            m.d.sync += [
-                                self.speculating.eq(1), guard_flag.eq(plan.sel),
-                                guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
-                                resume_outside.eq(plan.a[:16] >= cfg.plan_depth),
-                                self.miss_pc.eq(self.plan_pc),
-                            ]
-                            plan_goto(goto, goto_outside)
-                        with m.Case(PlanOp.COMMIT):
-                            with m.If(self.flags.bit_select(guard_flag, 1) != guard_value):
-                                m.d.comb += miss.eq(1)
-                            with m.Else():
-                                m.d.comb += [self.staging_publish.eq(1),
-                                             self.events.spec_hit.eq(1)]
-                                m.d.sync += [self.speculating.eq(0),
-                                             state.eq(_State.PUBLISH)]
-                        with m.Case(PlanOp.DONE):
-                            m.d.sync += [self.running.eq(0), self.done.eq(1),
-                                         state.eq(_State.IDLE)]
-                            m.d.comb += [self.events.plan_retired.eq(1),
-                                         self.events.inference.eq(1)]
-                            with m.If(self.swap_pending | self.swap):
-                                m.d.comb += swap_due.eq(1)
-                        with m.Case(PlanOp.CALL):
-                            with m.If(~slot_ok):
-                                raise_fault(FaultCause.SLOT_INVALID, plan.sel)
-                            with m.Else():
-                                m.d.comb += self.kern_rd_en.eq(1)
-                                m.d.sync += [
-                                    self.slot.eq(plan.sel),
-                                    part.eq(self.slot_part[plan.sel[:4]]),
-                                    arg_a.eq(plan.a), arg_b.eq(plan.b),
-                                    self.in_kernel.eq(1), self.micro_pc.eq(0), next_upc.eq(1),
-                                    micro_pc_outside.eq(0),
-                                    call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
-                                    call_cycles.eq(0), call_dma_busy.eq(0),
-                                    call_words_in.eq(0), call_words_out.eq(0),
-                                    call_mac_busy.eq(0), call_vec_busy.eq(0),
-                                    state.eq(_State.MICRO_FETCH),
-                                ]
+        with m.If(at(_State.PLAN_FETCH)):
+            m.d.sync += plan_ir.eq(self.plan_rd_data)
+            with m.If(rolling_back & resume_outside):
+                raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
+            with m.Else():
+                m.d.sync += state.eq(_State.PLAN_DECODE.code)
 
-            with m.Case(_State.PUBLISH):
-                # The COMMIT retires once its stores are in GMEM.
-                with m.If(~self.staging_draining):
-                    plan_goto(next_q, next_outside)
+        with m.If(at(_State.PLAN_DECODE)):
+            m.d.sync += state.eq(_State.PLAN_EXEC.code)
 
-            with m.Case(_State.MICRO_FETCH):
-                m.d.sync += [micro_ir.eq(self.kern_rd_data),
-                             exec_op.eq(MicroInstr(self.kern_rd_data).op)]
-                with m.If(micro_pc_outside):
-                    raise_fault(FaultCause.SLOT_RANGE, self.micro_pc)
-                with m.Else():
-                    m.d.sync += state.eq(_State.MICRO_EXEC)
+        with m.If(at(_State.ROLLBACK)):
+            m.d.comb += self.plan_rd_en.eq(1)
+            m.d.sync += [self.plan_pc.eq(resume_pc), state.eq(_State.PLAN_FETCH.code)]
 
-            with m.Case(_State.MICRO_EXEC):
-                with m.Switch(exec_op):
-                    with m.Case(MicroOp.NOP):
-                        micro_next()
-                    with m.Case(MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
-                        # The command itself is decoded above, outside the states.
-                        # Pushed whatever else faults in this cycle (not `~fault`):
-                        # see abandon().
-                        with m.If(~base_bad):
-                            m.d.comb += self.dma_push.valid.eq(1)
-                            with m.If(self.dma_push.ready):
-                                micro_next()
-                            with m.Else():
-                                m.d.comb += self.events.stall_dma.eq(1)
-                        with m.Else():
-                            raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
-                    with m.Case(MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT,
-                                MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP,
-                                MicroOp.VARGMAX, MicroOp.VCFG):
-                        # The first cycles check the operands (the check's stages;
-                        # the last registers its answer: 3, VPOOL 4). The compute
-                        # unit runs beside the sequencer, which only waits for it when
-                        # it is still busy with the previous instruction; an
-                        # instruction that fails its check faults when it would issue,
-                        # so everything before it has completed and nothing of it has
-                        # happened.
-                        with m.If(~check_started):
-                            m.d.comb += check.start.eq(1)
-                            m.d.sync += check_started.eq(1)
-                        with m.Elif(~checked):
-                            with m.If(check.valid):
-                                m.d.sync += [checked.eq(1), check_illegal.eq(check.illegal),
-                                             outside.eq(check.outside),
-                                             check_bad.eq(check.illegal |
-                                                          check.outside.any())]
-                        with m.Elif(compute_pending):
-                            m.d.comb += self.events.stall_compute.eq(1)
-                        with m.Elif(check_bad):
-                            raise_fault(Mux(check_illegal, FaultCause.ILLEGAL_MICRO,
-                                            FaultCause.PARTITION),
-                                        Mux(check_illegal, micro_ir[:32], outside_end),
-                                        Mux(check_illegal, 0, part))
-                        with m.Else():
-                            m.d.comb += issue_compute.eq(1)
-                            micro_next()
-                    with m.Case(MicroOp.WAIT):
-                        tokens = micro.args.wait.tokens
-                        on_compute = micro.args.wait.compute
-                        # Plain WAIT (no tokens, no compute) waits for every DMA.
-                        mask = Mux((tokens == 0) & ~on_compute, 0b1111, tokens)
-                        with m.If(on_compute & compute_pending):
-                            m.d.comb += self.events.stall_compute.eq(1)
-                        with m.Elif((self.dma_outstanding & mask) != 0):
-                            m.d.comb += self.events.stall_dma.eq(1)
-                        with m.Else():
-                            micro_next()
-                    with m.Case(MicroOp.RET):
-                        with m.If(compute_pending):
-                            m.d.comb += self.events.stall_compute.eq(1)
-                        with m.Elif(self.dma_outstanding != 0):
-                            m.d.comb += self.events.stall_dma.eq(1)
-                        with m.Else():
-                            m.d.sync += self.in_kernel.eq(0)
-                            m.d.comb += [
-                                self.events.micro_retired.eq(1),
-                                self.events.call_done.eq(1),
-                                self.trace_push.eq(1),
-                            ]
-                            plan_goto(next_q, next_outside)
-                    with m.Default():
-                        raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
+        with m.If(at(_State.PLAN_EXEC)):
+            # MARK writes the register even when its target faults (as the golden
+            # model, kernels/model.py, does).
+            with m.If(marks & ~illegal_plan):
+                m.d.sync += self.mark.eq(plan.a)
+            with m.If(plan_bad):
+                raise_fault(plan_bad_cause, plan_bad_addr)
+            with m.Elif(commit_misses):
+                m.d.comb += miss.eq(1)
+            with m.Else():
+                with m.Switch(plan.op):
+                    with m.Case(PlanOp.NOP, PlanOp.MARK, PlanOp.JUMP, PlanOp.SWITCH):
+                        plan_goto(goto)
+                    with m.Case(PlanOp.BRANCH):
+                        m.d.comb += [self.events.branch.eq(1),
+                                     self.events.taken.eq(taken),
+                                     self.events.flag.eq(plan.sel)]
+                        plan_goto(goto)
+                    with m.Case(PlanOp.ASSUME):
+                        m.d.sync += [
+                            self.speculating.eq(1), guard_flag.eq(plan.sel),
+                            guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
+                            resume_outside.eq(plan.a[:16] >= cfg.plan_depth),
+                            self.miss_pc.eq(self.plan_pc),
+                        ]
+                        plan_goto(goto)
+                    with m.Case(PlanOp.COMMIT):
+                        m.d.comb += [self.staging_publish.eq(1),
+                                     self.events.spec_hit.eq(1)]
+                        m.d.sync += [self.speculating.eq(0),
+                                     state.eq(_State.PUBLISH.code)]
+                    with m.Case(PlanOp.DONE):
+                        m.d.sync += [self.running.eq(0), self.done.eq(1),
+                                     state.eq(_State.IDLE.code)]
+                        m.d.comb += [self.events.plan_retired.eq(1),
+                                     self.events.inference.eq(1)]
+                        with m.If(self.swap_pending | self.swap):
+                            m.d.comb += swap_due.eq(1)
+                    with m.Case(PlanOp.CALL):
+                        m.d.comb += self.kern_rd_en.eq(1)
+                        m.d.sync += [
+                            self.slot.eq(plan.sel),
+                            part.eq(self.slot_part[plan.sel[:4]]),
+                            arg_a.eq(plan.a), arg_b.eq(plan.b),
+                            self.in_kernel.eq(1), self.micro_pc.eq(0), next_upc.eq(1),
+                            micro_pc_outside.eq(0),
+                            call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
+                            call_cycles.eq(0), call_dma_busy.eq(0),
+                            call_words_in.eq(0), call_words_out.eq(0),
+                            call_mac_busy.eq(0), call_vec_busy.eq(0),
+                            state.eq(_State.MICRO_FETCH.code),
+                        ]
 
-            with m.Case(_State.FAULT):
-                with m.If(self.clear_fault):
-                    m.d.sync += [self.faulted.eq(0), state.eq(_State.IDLE)]
+        with m.If(at(_State.PUBLISH)):
+            # The COMMIT retires once its stores are in GMEM.
+            with m.If(~self.staging_draining):
+                plan_goto(next_q, next_outside)
+
+        with m.If(at(_State.MICRO_FETCH)):
+            m.d.sync += [micro_ir.eq(self.kern_rd_data), exec_class.eq(self.kern_rd_class)]
+            with m.If(micro_pc_outside):
+                raise_fault(FaultCause.SLOT_RANGE, self.micro_pc)
+            with m.Else():
+                m.d.sync += state.eq(_State.MICRO_EXEC.code)
+
+        # MICRO_EXEC, by the instruction's class (one flip-flop each, one set).
+        executing = Signal.like(exec_class)
+        m.d.comb += executing.eq(Mux(at(_State.MICRO_EXEC), exec_class, 0))
+        with m.If(executing.nop):
+            micro_next()
+        with m.If(executing.dma):
+            # The command itself is decoded above, outside the states. Pushed
+            # whatever else faults in this cycle (not `~fault`): see abandon().
+            m.d.comb += self.dma_push.valid.eq(1)
+            with m.If(self.dma_push.ready):
+                micro_next()
+            with m.Else():
+                m.d.comb += self.events.stall_dma.eq(1)
+        with m.If(executing.compute):
+            # The first cycles check the operands (the check's stages; the last
+            # registers its answer: 3, VPOOL 4). The compute unit runs beside the
+            # sequencer, which only waits for it when it is still busy with the
+            # previous instruction; an instruction that fails its check faults when
+            # it would issue (`armed`, below), so everything before it has completed
+            # and nothing of it has happened.
+            with m.If(~check_started):
+                m.d.comb += check.start.eq(1)
+                m.d.sync += check_started.eq(1)
+            with m.Elif(~checked):
+                with m.If(check.valid):
+                    m.d.sync += [checked.eq(1), check_illegal.eq(check.illegal),
+                                 outside.eq(check.outside),
+                                 armed.eq(check.illegal | check.outside.any())]
+            with m.Elif(compute_pending):
+                m.d.comb += self.events.stall_compute.eq(1)
+            with m.Elif(~armed):
+                m.d.comb += issue_compute.eq(1)
+                micro_next()
+        # `armed` is set only under a compute instruction's class and cleared outside
+        # MICRO_EXEC, so the fault needs neither the class nor `checked`.
+        with m.If(at(_State.MICRO_EXEC) & armed & ~compute_pending):
+            raise_fault(Mux(check_illegal, FaultCause.ILLEGAL_MICRO, FaultCause.PARTITION),
+                        Mux(check_illegal, micro_ir[:32], outside_end),
+                        Mux(check_illegal, 0, part))
+        with m.If(executing.wait):
+            tokens = micro.args.wait.tokens
+            on_compute = micro.args.wait.compute
+            # Plain WAIT (no tokens, no compute) waits for every DMA.
+            mask = Mux((tokens == 0) & ~on_compute, 0b1111, tokens)
+            with m.If(on_compute & compute_pending):
+                m.d.comb += self.events.stall_compute.eq(1)
+            with m.Elif((self.dma_outstanding & mask) != 0):
+                m.d.comb += self.events.stall_dma.eq(1)
+            with m.Else():
+                micro_next()
+        with m.If(executing.ret):
+            with m.If(compute_pending):
+                m.d.comb += self.events.stall_compute.eq(1)
+            with m.Elif(self.dma_outstanding != 0):
+                m.d.comb += self.events.stall_dma.eq(1)
+            with m.Else():
+                m.d.sync += self.in_kernel.eq(0)
+                m.d.comb += [
+                    self.events.micro_retired.eq(1),
+                    self.events.call_done.eq(1),
+                    self.trace_push.eq(1),
+                ]
+                plan_goto(next_q, next_outside)
+        with m.If(executing.illegal):
+            raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
+
+        with m.If(at(_State.FAULT)):
+            with m.If(self.clear_fault):
+                m.d.sync += [self.faulted.eq(0), state.eq(_State.IDLE.code)]
 
         # Faults raised by the DMA engine, the watchdog or the host win over
         # whatever the sequencers were doing this cycle. A unit's fault is still up in
@@ -903,7 +936,7 @@ class ControlUnit(wiring.Component):
                 rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),
                 self.exec_bank.eq(~self.exec_bank),
-                state.eq(_State.ROLLBACK),
+                state.eq(_State.ROLLBACK.code),
             ]
             abandon()
             m.d.comb += [self.events.spec_miss.eq(1), self.events.rollback.eq(1)]
@@ -918,9 +951,9 @@ class ControlUnit(wiring.Component):
                 self.fault_part.eq(fault_part), self.fault_bank.eq(self.exec_bank),
                 self.fault_in_kernel.eq(self.in_kernel), self.fault_slot.eq(self.slot),
                 # (A rollback's plan_pc is the fallback's from its ROLLBACK cycle on.)
-                self.fault_pc.eq(Mux(state == _State.ROLLBACK, resume_pc, self.plan_pc)),
+                self.fault_pc.eq(Mux(at(_State.ROLLBACK), resume_pc, self.plan_pc)),
                 self.fault_upc.eq(self.micro_pc),
-                state.eq(_State.FAULT),
+                state.eq(_State.FAULT.code),
             ]
             abandon()
             m.d.comb += [

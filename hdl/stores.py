@@ -24,17 +24,48 @@ cycle, ``shared_read`` off, may read a word being written in a cycle whose word 
 control unit does not use.)
 """
 
-from amaranth.hdl import Module, Signal, Cat, Mux
-from amaranth.lib import wiring
+from amaranth.hdl import C, Module, Signal, Cat, Mux
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
-from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS
+from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS, MicroOp, MicroInstr, GmemBase
 from . import wishbone
 
 
-__all__ = ["PlanStore", "KernelStore"]
+__all__ = ["PlanStore", "KernelStore", "MicroClass", "micro_class"]
+
+
+class MicroClass(data.Struct):
+    """What a micro-instruction is, one bit each (exactly one is set): the kernel
+    store works it out when the host writes the instruction's first word and keeps
+    it beside the instruction, so the control unit's decisions start at a flip-flop
+    per class rather than at a decode of the opcode (docs/fpga.md, step 39)."""
+    nop:     1
+    ret:     1
+    dma:     1      #: DMA_LOAD or DMA_STORE with a defined GMEM base
+    wait:    1
+    compute: 1      #: MATMUL, ACC_BIAS, REQUANT and the vector ops
+    illegal: 1      #: a reserved opcode, or a DMA with the reserved GMEM base
+
+
+COMPUTE_OPS = (MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
+               MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX, MicroOp.VCFG)
+
+
+def micro_class(word):
+    """The :class:`MicroClass` of a micro-instruction, from its first 32-bit word
+    (the opcode and a DMA's GMEM base)."""
+    instr = MicroInstr(Cat(word[:32], C(0, MICRO_INSTR_BITS - 32)))
+    op = instr.op.as_value()
+    dma = op.matches(MicroOp.DMA_LOAD, MicroOp.DMA_STORE)
+    base_ok = instr.args.dma.gmem_base.as_value().matches(GmemBase.ABS, GmemBase.ARG0,
+                                                          GmemBase.ARG1)
+    compute = op.matches(*COMPUTE_OPS)
+    known = op.matches(MicroOp.NOP, MicroOp.RET, MicroOp.WAIT) | dma | compute
+    return MicroClass(Cat(op == MicroOp.NOP, op == MicroOp.RET, dma & base_ok,
+                          op == MicroOp.WAIT, compute, ~known | dma & ~base_ok))
 
 
 def _check_config(config):
@@ -167,6 +198,7 @@ class _StoreBase(wiring.Component):
             m.d.sync += read_word.eq(word)
         with m.If(held):
             m.d.sync += bus.dat_r.eq(held_data.word_select(read_word, 32))
+        return host_addr, host_data, host_we
 
 
 class PlanStore(_StoreBase):
@@ -291,6 +323,10 @@ class KernelStore(_StoreBase):
         ``< kernel_slots``; other slots read undefined data).
     rd_data : Out(128)
         The micro-instruction read, valid the cycle after ``rd_en`` (not held otherwise).
+    rd_class : Out(MicroClass)
+        Its class (:func:`micro_class`), with it. A memory of its own beside the
+        instructions keeps it: written with the instruction's first word, read with
+        the same address, as the host's policy protects both alike.
 
     Raises
     ------
@@ -314,6 +350,7 @@ class KernelStore(_StoreBase):
             "rd_upc":      In(range(config.slot_depth)),
             "rd_en":       In(1),
             "rd_data":     Out(MICRO_INSTR_BITS),
+            "rd_class":    Out(MicroClass),
         })
 
     @property
@@ -330,8 +367,22 @@ class KernelStore(_StoreBase):
         upc = Signal(self._window.index_bits)
         m.d.comb += upc.eq(self.rd_upc)
         slot_bits = self._window.unit_bits
-        self._elaborate_store(m, self._window, MICRO_INSTR_BITS,
-                              refuse=lambda slot: self.lock & (slot == self.locked_slot),
-                              rd_addr=Cat(upc, self.rd_slot[:slot_bits]), rd_en=self.rd_en,
-                              rd_data=self.rd_data, hold=self.hold)
+        rd_addr = Cat(upc, self.rd_slot[:slot_bits])
+        host_addr, host_data, host_we = self._elaborate_store(
+            m, self._window, MICRO_INSTR_BITS,
+            refuse=lambda slot: self.lock & (slot == self.locked_slot),
+            rd_addr=rd_addr, rd_en=self.rd_en, rd_data=self.rd_data, hold=self.hold)
+        # The classes: an unwritten instruction is 0, a NOP.
+        depth = self._window.units * self._window.depth
+        m.submodules.classes = classes = Memory(shape=MicroClass, depth=depth,
+                                                init=[{"nop": 1}] * depth)
+        class_w = classes.write_port()
+        class_r = classes.read_port()
+        m.d.comb += [
+            class_w.addr.eq(host_addr),
+            class_w.data.eq(micro_class(host_data)),
+            class_w.en.eq(host_we[0]),
+            class_r.addr.eq(rd_addr),
+            self.rd_class.eq(class_r.data),
+        ]
         return m

@@ -175,6 +175,7 @@ class Tile(wiring.Component):
             kernels.rd_upc.eq(ctrl.kern_rd_upc),
             kernels.rd_en.eq(ctrl.kern_rd_en if shared else 1),
             ctrl.kern_rd_data.eq(kernels.rd_data),
+            ctrl.kern_rd_class.eq(kernels.rd_class),
             kernels.lock.eq(ctrl.slot_lock),
             kernels.locked_slot.eq(ctrl.locked_slot),
             kernels.hold.eq(ctrl.slot_hold),
