@@ -217,14 +217,14 @@ class PerfCounters(wiring.Component):
         s1_flush, s2_flush = Signal(), Signal()
         s1_read, s2_read = Signal(), Signal()
         s1_stale = Signal()
-        s1_pend_scan = Signal(max(len(p) for p in pending))
-        s2_pend = Signal.like(s1_pend_scan)
+        pend_width = max(len(p) for p in pending)
+        s2_pend = Signal(pend_width)
         s2_word = Signal(64)
         # A read's third stage: its RAM word and its pending count, added into the
         # answer.
         s3_read = Signal()
         s3_word = Signal(64)
-        s3_pend = Signal.like(s1_pend_scan)
+        s3_pend = Signal(pend_width)
 
         # Whether the RAM word addressed in this cycle is a read's (else the scanner's),
         # a register: it decides the RAM's address, the scanner's step and every
@@ -245,45 +245,60 @@ class PerfCounters(wiring.Component):
             slot.eq(Mux(reading, req_slot, scan)),
             rp.addr.eq(slot),
         ]
-        # The pending count of the scanner's word, selected by a register and
-        # registered (selected by `slot`, the whole multiplexer came after the
-        # request's test). A read's is selected in three registered steps, one per
-        # stage: within each group of READ_GROUP counters by the low bits of
-        # `req_slot`, within each group of READ_GROUP2 groups by the next bits, then
-        # among those (in two steps, from pending counts all over the chip, the last
-        # was 11.38 ns of step 36's best ULX3S build), and added to its RAM word in a
-        # third stage of its own. The first groups are loaded every cycle, so in stage
-        # 1 they hold the pending counts of the cycle the RAM word was addressed;
-        # `req_slot` stays until the answer.
-        pend_of = Array(pending + [Const(0)] * (slots - len(pending)))
+        # The pending count of the scanner's word is selected in two registered
+        # steps, within each group of READ_GROUP counters by the low bits of `scan`,
+        # then among the groups by stage 1's slot (in one step from `scan` it was
+        # 10.10 ns of c475267's ULX3S build, docs/fpga.md step 39). A read's is
+        # selected in three registered steps, one per stage: within each group of
+        # READ_GROUP counters by the low bits of `req_slot`, within each group of
+        # READ_GROUP2 groups by the next bits, then among those (in two steps, from
+        # pending counts all over the chip, the last was 11.38 ns of step 36's best
+        # ULX3S build), and added to its RAM word in a third stage of its own. The
+        # first groups are loaded every cycle, so in stage 1 they hold the pending
+        # counts of the cycle the RAM word was addressed; `req_slot` stays until the
+        # answer.
 
         def select_in_groups(values, n, index, name):
             """Registers, one per group of ``n`` of ``values``, each loaded with the
             group's member ``index``."""
             groups = [values[i:i + n] for i in range(0, len(values), n)]
-            chosen = [Signal(len(s1_pend_scan), name=f"{name}{k}") for k in range(len(groups))]
+            chosen = [Signal(pend_width, name=f"{name}{k}") for k in range(len(groups))]
             for value, group in zip(chosen, groups):
                 m.d.sync += value.eq(Array(group + [Const(0)] * (n - len(group)))[index])
             return chosen
 
         low = (self.READ_GROUP - 1).bit_length()
         mid = low + (self.READ_GROUP2 - 1).bit_length()
+        s1_scan_group = select_in_groups(pending, self.READ_GROUP, scan[:low],
+                                         "s1_scan_group")
         s1_pend_group = select_in_groups(pending, self.READ_GROUP, req_slot[:low],
                                          "s1_pend_group")
         s2_pend_group = select_in_groups(s1_pend_group, self.READ_GROUP2, req_slot[low:mid],
                                          "s2_pend_group")
+        # Whether the RAM word is stale, for the request's word and for the
+        # scanner's next, each registered a cycle ahead (selected in stage 1's cycle,
+        # both selections and the choice between them were 10.18 ns of c475267's
+        # build). The request's bit does not change in the cycle before it is read
+        # (not its flush's: `flush_in_flight`) unless by a clear; the scanner's next
+        # word is the one after `scan`, or `scan` again while a read holds it.
+        req_stale = Signal()
+        scan_stale = Signal(init=1)
+        after_scan = Mux(scan == slots - 1, 0, scan + 1)
+        m.d.sync += [
+            req_stale.eq(stale.bit_select(req_slot, 1) | self.clear),
+            scan_stale.eq(Mux(reading, stale.bit_select(scan, 1),
+                              stale.bit_select(after_scan, 1)) | self.clear),
+        ]
         m.d.sync += [
             s1_slot.eq(slot),
             s1_flush.eq(~reading & (scan < len(in_ram))),
             s1_read.eq(reading),
-            s1_stale.eq(Mux(reading, stale.bit_select(req_slot, 1),
-                            stale.bit_select(scan, 1))),
-            s1_pend_scan.eq(pend_of[scan]),
+            s1_stale.eq(Mux(reading, req_stale, scan_stale)),
         ]
         with m.If(reading):
             m.d.sync += req.eq(0)
         with m.Else():
-            m.d.sync += scan.eq(Mux(scan == slots - 1, 0, scan + 1))
+            m.d.sync += scan.eq(after_scan)
 
         # Each increment is registered as it comes, then with `freeze` and `clear` of
         # its cycle (and a clear of the next) applied, then added: the logic deciding
@@ -321,7 +336,7 @@ class PerfCounters(wiring.Component):
             s2_flush.eq(s1_flush),
             s2_read.eq(s1_read),
             s2_word.eq(Mux(s1_stale, 0, rp.data)),
-            s2_pend.eq(s1_pend_scan),
+            s2_pend.eq(Array(s1_scan_group)[s1_slot[low:]]),
             s3_read.eq(s2_read),
             s3_word.eq(s2_word),
             s3_pend.eq(Array(s2_pend_group)[req_slot[mid:]]),

@@ -95,9 +95,9 @@ def test_index_past_the_last_reads_zero():
 
 def test_exact_under_reads_freeze_and_clear():
     """Many counters near their largest increment every cycle, reads back to back (the
-    scanner's slowest pace), random freezes, clears and voids (of every third counter):
-    every read lies between the counts at its ``stb`` and its ``ack``, and a frozen set
-    reads exactly."""
+    scanner's slowest pace), random freezes, clears (in a read's ``stb`` cycle and while
+    it waits) and voids (of every third counter): every read is the count of one cycle
+    from its ``stb`` to its ``ack``, and a frozen set reads exactly."""
     rng = random.Random(7)
     names = [f"E{i}" for i in range(20)] + ["CYCLES"]
     widths = {n: 1 + i % 5 for i, n in enumerate(names)}
@@ -109,7 +109,7 @@ def test_exact_under_reads_freeze_and_clear():
         incs = dict.fromkeys(names, 0)
         control = {"freeze": 0, "clear": 0, "clears": 0, "void": 0}
 
-        async def cycle():
+        async def cycle(clear_next=False):
             await ctx.tick()
             for n in names:
                 if control["clear"]:
@@ -117,11 +117,12 @@ def test_exact_under_reads_freeze_and_clear():
                 elif not control["freeze"] and not (control["void"] and n in voidable):
                     counts[n] += incs[n]
             control["clears"] += control["clear"]
-            control["clear"] = 0
-            ctx.set(dut.clear, 0)
+            control["clear"] = int(clear_next)
+            ctx.set(dut.clear, control["clear"])
 
         latencies = set()
         voids = 0
+        clears_seen = 0     # reads a clear cut
         for step in range(300):
             for n in names:
                 top = (1 << widths[n]) - 1
@@ -135,21 +136,24 @@ def test_exact_under_reads_freeze_and_clear():
             ctx.set(dut.clear, control["clear"])
             ctx.set(dut.void, control["void"])
             name = rng.choice(names)
-            before, clears = counts[name], control["clears"]
+            history = [counts[name]]
             ctx.set(dut.read.stb, 1)
             ctx.set(dut.read.index, names.index(name))
-            await cycle()
+            await cycle(clear_next=rng.random() < 0.03)
+            history.append(counts[name])
             ctx.set(dut.read.stb, 0)
             cycles = 1
             while not ctx.get(dut.read.ack):
-                await cycle()
+                await cycle(clear_next=rng.random() < 0.03)
+                history.append(counts[name])
                 cycles += 1
                 assert cycles < 12
             latencies.add(cycles)
             value = ctx.get(dut.read.data)
-            if control["clears"] == clears:
-                assert before <= value <= counts[name], (step, name, before, value, counts[name])
+            assert value in history, (step, name, value, history)
+            clears_seen += 0 in history[1:] and history[0] != 0
         assert latencies <= {2, 6, 7, 8}
+        assert clears_seen > 5
         ctx.set(dut.freeze, 1)
         control["freeze"] = 1
         await cycle()
