@@ -28,6 +28,9 @@ stops. A write answered with ``stall`` (which the tile never does) squashes the 
 and restarts the operation from the output that was not written.
 """
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -178,7 +181,8 @@ class ComputeUnit(wiring.Component):
     it completes (``fault`` is then never raised). ``a.we`` and ``b.we`` are 0,
     ``w.we`` is 1. ``a`` and ``b`` may stall (``b`` against ``a``, never ``a``
     against ``b``: that would starve a step whose two reads meet in one bank);
-    ``rdata`` is used only in the cycle after a performed read. ``w`` is expected never to stall; if
+    ``rdata_parts`` is used only in the cycle after a performed read (``rdata`` not at
+    all). ``w`` is expected never to stall; if
     it does, the operation restarts from the output that was not written (correct for
     every operation whose output does not overlap its inputs other than in place).
 
@@ -342,7 +346,9 @@ class ComputeUnit(wiring.Component):
         a_have = Signal()       # this step's `a` word was read (held in hold_a)
         b_have = Signal()
         cap_a = Signal()        # a read performed last cycle goes to the hold register
-        cap_b = Signal()
+        cap_b = Signal()        # (from `rdata_a` / `rdata_b`, in the next cycle)
+        cap_a_1 = Signal()
+        cap_b_1 = Signal()
         hold_a = Signal(word_bits, reset_less=True)     # datapath: no reset
         hold_b = Signal(word_bits, reset_less=True)
         rfault = Signal()       # a read faulted: issue stopped, pipeline draining
@@ -452,10 +458,6 @@ class ComputeUnit(wiring.Component):
             r_step.idx.eq(idx),
             d_step.eq(r_step),
         ]
-        with m.If(cap_a):
-            m.d.sync += hold_a.eq(self.a.rdata)
-        with m.If(cap_b):
-            m.d.sync += hold_b.eq(self.b.rdata)
 
         with m.If(advance):
             m.d.sync += [a_have.eq(0), b_have.eq(0)]
@@ -496,12 +498,28 @@ class ComputeUnit(wiring.Component):
         # -- read and data stages -----------------------------------------------------
         # The words the scratchpad answers are registered before anything uses them: a
         # block RAM's clock-to-output is half of a 100 MHz cycle, and its words fan
-        # out to the MAC array's operands, the vector unit and the operand buffer. A
-        # held word stays in its hold register until the data stage has used it (the
-        # next step's read is captured two cycles after it issues, at the earliest).
-        rdata_a = Signal(word_bits, reset_less=True)
-        rdata_b = Signal(word_bits, reset_less=True)
-        m.d.sync += [rdata_a.eq(self.a.rdata), rdata_b.eq(self.b.rdata)]
+        # out to the MAC array's operands, the vector unit and the operand buffer. They
+        # are registered in the scratchpad's parts (`rdata_parts`: one LUT from the
+        # block RAMs) and put together after the registers, in the data stage's
+        # choice below (10.26 to 10.34 ns with the bank selection's two LUTs in front
+        # of the registers, c475267's ULX3S build: docs/fpga.md, step 39). A held word
+        # stays in its hold register until the data stage has used it (the next
+        # step's read is captured three cycles after it issues, at the earliest).
+        def registered_parts(port, name):
+            parts = [Signal(word_bits, reset_less=True, name=f"{name}_{k}")
+                     for k in range(len(port.rdata_parts))]
+            m.d.sync += [part.eq(port.rdata_parts[k]) for k, part in enumerate(parts)]
+            return reduce(operator.or_, parts)
+        rdata_a = registered_parts(self.a, "rdata_a")
+        rdata_b = registered_parts(self.b, "rdata_b")
+        # The hold registers take their word from there, a cycle after it came: the
+        # step that holds it issues the cycle after the read at the earliest, so its
+        # data stage is two cycles after that.
+        m.d.sync += [cap_a_1.eq(cap_a), cap_b_1.eq(cap_b)]
+        with m.If(cap_a_1):
+            m.d.sync += hold_a.eq(rdata_a)
+        with m.If(cap_b_1):
+            m.d.sync += hold_b.eq(rdata_b)
         # Which of the two is the data stage's word: `d_step.hold_a` (`hold_b`), in a
         # copy per byte lane. One flip-flop choosing all of a word's bits, for the MAC
         # array and the vector unit, was 2 to 2.6 ns of wire at the start of the

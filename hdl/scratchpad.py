@@ -25,6 +25,8 @@ conflict: the port of higher priority is served, the other one is told to *stall
 presents its access again.
 """
 
+import operator
+from functools import reduce
 from types import SimpleNamespace
 
 from amaranth.hdl import Module, Signal, Array, Cat, Mux, Value
@@ -36,7 +38,7 @@ from ..kernels.config import TileConfig
 from .copies import copy
 
 
-__all__ = ["SpadPortSignature", "Scratchpad", "point"]
+__all__ = ["SpadPortSignature", "Scratchpad", "point", "spad_read_parts"]
 
 
 def point(offset, outside, value, limit):
@@ -47,6 +49,11 @@ def point(offset, outside, value, limit):
     is at most 2**16, so an offset past the port's 16 bits is outside."""
     value = Value.cast(value)[:len(offset)]
     return [offset.eq(value), outside.eq(value >= limit)]
+
+
+def spad_read_parts(config):
+    """How many parts a scratchpad port's read word comes in (``rdata_parts``)."""
+    return (config.spad_banks + 1) // 2
 
 
 def _check_config(config):
@@ -83,6 +90,13 @@ class SpadPortSignature(wiring.Signature):
     wdata : Out(word_bits)
     rdata : In(word_bits)
         Word read; valid the cycle after a performed read (not held afterwards).
+    rdata_parts : In(ArrayLayout(word_bits, ceil(spad_banks / 2)))
+        The same word in parts whose OR is ``rdata``: each is the word of one of two
+        banks, or 0. Each part is one LUT from the block RAMs' outputs (the bank
+        selection is one-hot, from registers), so a unit that registers the parts and
+        ORs them after its registers has the second LUT of the bank selection off its
+        path from the block RAMs (5.8 ns of clock-to-output on the ULX3S;
+        docs/fpga.md, step 39).
     fault : In(1)
         Combinational, in the cycle of ``en``: the access is outside its partition
         (``part`` is not the open partition, ``offset >= length``, ``part >=
@@ -109,6 +123,7 @@ class SpadPortSignature(wiring.Signature):
             "we":     Out(1),
             "wdata":  Out(config.word_bits),
             "rdata":  In(config.word_bits),
+            "rdata_parts": In(data.ArrayLayout(config.word_bits, spad_read_parts(config))),
             "fault":  In(1),
             "stall":  In(1),
         })
@@ -400,10 +415,15 @@ class Scratchpad(wiring.Component):
             # A bank's read data is only valid the cycle after the read, and the next
             # read (by any port) replaces it: each port takes its word from the bank
             # it addressed the cycle before, read or not (with the grant in front of
-            # its enable, the partition test was on the way into it).
-            read_bank = Signal(range(cfg.spad_banks), name=f"{req.name}_read_bank")
-            m.d.sync += read_bank.eq(req.bank)
-            m.d.comb += req.port.rdata.eq(Array(rp.data for _, rp in mems)[read_bank])
+            # its enable, the partition test was on the way into it). The selection is
+            # one-hot, in parts of two banks (`rdata_parts`).
+            read_sel = Signal(cfg.spad_banks, name=f"{req.name}_read_sel")
+            m.d.sync += read_sel.eq(Cat(req.bank == b for b in range(cfg.spad_banks)))
+            words = [Mux(read_sel[b], rp.data, 0) for b, (_, rp) in enumerate(mems)]
+            parts = [words[i] | (words[i + 1] if i + 1 < len(words) else 0)
+                     for i in range(0, len(words), 2)]
+            m.d.comb += [req.port.rdata_parts[k].eq(part) for k, part in enumerate(parts)]
+            m.d.comb += req.port.rdata.eq(reduce(operator.or_, parts))
 
         m.d.comb += [
             self.bank_reads.eq(Cat(reads)),

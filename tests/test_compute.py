@@ -113,9 +113,16 @@ class SpadModel(wiring.Component):
                 was_read = Signal(name=f"{name}_was_read")
                 m.d.sync += was_read.eq(read)
                 m.d.comb += [rp.addr.eq(word), rp.en.eq(read)]
-                # rdata is garbage except in the cycle after a performed read.
-                m.d.comb += port.rdata.eq(Mux(was_read, rp.data,
-                                              Cat(lfsr, lfsr, lfsr, lfsr) ^ 0x5A5A))
+                # rdata is garbage except in the cycle after a performed read, and so
+                # are its parts, which hold the word in the part of its bank's pair
+                # (as the scratchpad's) and 0 in the others.
+                garbage = Cat(lfsr, lfsr, lfsr, lfsr) ^ 0x5A5A
+                read_part = Signal(range(len(port.rdata_parts)), name=f"{name}_read_part")
+                m.d.sync += read_part.eq(bank[name] // 2)
+                m.d.comb += port.rdata.eq(Mux(was_read, rp.data, garbage))
+                for k in range(len(port.rdata_parts)):
+                    m.d.comb += port.rdata_parts[k].eq(
+                        Mux(was_read, Mux(read_part == k, rp.data, 0), garbage))
         return m
 
 

@@ -52,7 +52,12 @@ async def access(ctx, dut, part, offset, data=None):
     pulses = (ctx.get(dut.bank_reads), ctx.get(dut.bank_writes))
     await ctx.tick()
     ctx.set(port.en, 0)
-    return fault, pulses, ctx.get(port.rdata)
+    rdata = ctx.get(port.rdata)
+    # The word's parts: one holds it (that of its bank's pair), the others are 0.
+    parts = [ctx.get(port.rdata_parts[k]) for k in range(len(port.rdata_parts))]
+    assert parts == [rdata if k == (offset % len(dut.bank_reads)) // 2 else 0
+                     for k in range(len(parts))], (offset, parts, rdata)
+    return fault, pulses, rdata
 
 
 def test_config_checked():
