@@ -346,8 +346,8 @@ class ComputeUnit(wiring.Component):
         a_have = Signal()       # this step's `a` word was read (held in hold_a)
         b_have = Signal()
         cap_a = Signal()        # a read performed last cycle goes to the hold register
-        cap_b = Signal()        # (from `rdata_a` / `rdata_b`, in the next cycle)
-        cap_a_1 = Signal()
+        cap_b = Signal()
+        cap_a_1 = Signal()      # ... from the read stage's registers, in this cycle
         cap_b_1 = Signal()
         hold_a = Signal(word_bits, reset_less=True)     # datapath: no reset
         hold_b = Signal(word_bits, reset_less=True)

@@ -30,7 +30,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
-from ..kernels.isa import PLAN_INSTR_BITS, MICRO_INSTR_BITS, MicroOp, MicroInstr, GmemBase
+from ..kernels.isa import (PLAN_INSTR_BITS, MICRO_INSTR_BITS, COMPUTE_OPS, MicroOp,
+                           MicroInstr, GmemBase)
 from . import wishbone
 
 
@@ -48,10 +49,6 @@ class MicroClass(data.Struct):
     wait:    1
     compute: 1      #: MATMUL, ACC_BIAS, REQUANT and the vector ops
     illegal: 1      #: a reserved opcode, or a DMA with the reserved GMEM base
-
-
-COMPUTE_OPS = (MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
-               MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX, MicroOp.VCFG)
 
 
 def micro_class(word):

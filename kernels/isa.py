@@ -20,7 +20,8 @@ from amaranth.lib import data, enum
 
 __all__ = [
     "PLAN_INSTR_BITS", "MICRO_INSTR_BITS",
-    "PlanOp", "PlanInstr", "MicroOp", "GmemBase", "DmaArgs", "WaitArgs", "MatmulArgs",
+    "PlanOp", "PlanInstr", "MicroOp", "COMPUTE_OPS", "GmemBase", "DmaArgs", "WaitArgs",
+    "MatmulArgs",
     "AccBiasArgs", "RequantArgs", "VaddArgs", "VpoolArgs", "VclampArgs", "CmpOp", "VcmpArgs",
     "VargmaxArgs", "VcfgArgs", "VectorCfg", "VECTOR_CFG_RESET", "MicroArgs", "MicroInstr",
     "FLAGS", "INDEX_REGS", "DMA_TOKENS", "FaultCause", "TraceRecord",
@@ -82,6 +83,12 @@ class MicroOp(enum.Enum, shape=6):
     VARGMAX   = 15  #: index of the largest of n lanes (or of one lane of n words) ->
                     #: index register; optionally (index == expect) -> flag
     VCFG      = 16  #: write a vector configuration register
+
+
+#: The opcodes the compute unit executes (the rest are the kernel sequencer's own).
+COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
+                         MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
+                         MicroOp.VCFG})
 
 
 class GmemBase(enum.Enum, shape=2):

@@ -99,7 +99,7 @@ from .config import TileConfig
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
                   VclampArgs, VcmpArgs, VargmaxArgs, VcfgArgs, CmpOp, VectorCfg,
-                  FLAGS, INDEX_REGS, DMA_TOKENS)
+                  COMPUTE_OPS, FLAGS, INDEX_REGS, DMA_TOKENS)
 
 
 __all__ = ["TileModel", "FaultRecord", "COUNTER_NAMES", "decode_plan", "decode_micro"]
@@ -219,10 +219,6 @@ class _Transfer:
 #: registering the answer: ``OperandCheck.LATENCY`` + 1), by whether it is VPOOL, whose
 #: input's two products are added in a stage more.
 _CHECK_CYCLES = {False: 3, True: 4}
-
-_COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
-                          MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
-                          MicroOp.VCFG})
 
 _VCFG_BITS = {
     VectorCfg.MULT_A: 32, VectorCfg.MULT_B: 32, VectorCfg.SHIFT: 5, VectorCfg.ZP_A: 8,
@@ -844,7 +840,7 @@ class TileModel:
                     ev.call_done = 1
                     ret_trace = True
                     goto(self.plan_pc + 1)
-            elif op in _COMPUTE_OPS:
+            elif op in COMPUTE_OPS:
                 if self._checked < _CHECK_CYCLES[op == MicroOp.VPOOL]:
                     # Its first cycles check the operands (the RTL's stages).
                     tr["_checked"] = self._checked + 1
@@ -1137,7 +1133,7 @@ class TileModel:
                                       if mask >> i & 1) else None
         if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
             return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
-        if op in _COMPUTE_OPS:
+        if op in COMPUTE_OPS:
             checked = self._checked == _CHECK_CYCLES[op == MicroOp.VPOOL]
             return "stall_compute" if pending and checked else None
         return None
