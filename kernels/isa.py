@@ -85,10 +85,10 @@ class MicroOp(enum.Enum, shape=6):
     VCFG      = 16  #: write a vector configuration register
 
 
-#: The opcodes the compute unit executes (the rest are the kernel sequencer's own).
-COMPUTE_OPS = frozenset({MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
-                         MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX,
-                         MicroOp.VCFG})
+#: The opcodes the compute unit executes (the rest are the kernel sequencer's own), in
+#: opcode order: a tuple, so that the gateware built from it is the same every run.
+COMPUTE_OPS = (MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
+               MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX, MicroOp.VCFG)
 
 
 class GmemBase(enum.Enum, shape=2):
