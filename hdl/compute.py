@@ -28,8 +28,6 @@ stops. A write answered with ``stall`` (which the tile never does) squashes the 
 and restarts the operation from the output that was not written.
 """
 
-import operator
-from functools import reduce
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
@@ -39,7 +37,7 @@ from ..kernels.config import TileConfig
 from ..kernels.isa import MicroOp, MicroArgs, FaultCause, VectorCfg
 from .copies import copy
 from .mac_array import MacArray
-from .scratchpad import SpadPortSignature, point as spad_point
+from .scratchpad import SpadPortSignature, point as spad_point, registered_word
 from .vector import VectorAlu, VectorOp, VectorRegs
 
 
@@ -505,13 +503,8 @@ class ComputeUnit(wiring.Component):
         # of the registers, c475267's ULX3S build: docs/fpga.md, step 39). A held word
         # stays in its hold register until the data stage has used it (the next
         # step's read is captured three cycles after it issues, at the earliest).
-        def registered_parts(port, name):
-            parts = [Signal(word_bits, reset_less=True, name=f"{name}_{k}")
-                     for k in range(len(port.rdata_parts))]
-            m.d.sync += [part.eq(port.rdata_parts[k]) for k, part in enumerate(parts)]
-            return reduce(operator.or_, parts)
-        rdata_a = registered_parts(self.a, "rdata_a")
-        rdata_b = registered_parts(self.b, "rdata_b")
+        rdata_a = registered_word(m, self.a, "rdata_a")
+        rdata_b = registered_word(m, self.b, "rdata_b")
         # The hold registers take their word from there, a cycle after it came: the
         # step that holds it issues the cycle after the read at the earliest, so its
         # data stage is two cycles after that.

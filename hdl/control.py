@@ -327,13 +327,19 @@ class ControlUnit(wiring.Component):
 
         # -- swap: an idle tile takes it at once, a running one at DONE ---------------
         # A swap is due at those points, and taken unless the cycle is abandoned (a
-        # fault or a miss). The counter counts it as due and voids it with the cycle:
-        # the fault decision is in front of the swap, not of the counter (10.6 ns of
-        # 07016dc's ULX3S build, docs/fpga.md step 38).
+        # fault or a miss). The counter counts it as due and voids it with the cycle
+        # (10.6 ns of 07016dc's ULX3S build with the decision in front of the counter,
+        # docs/fpga.md step 38). Of what abandons a cycle, only a unit's fault, the
+        # watchdog and the host's abort can come at those points: an idle tile is not
+        # running, and a DONE that executes is legal, so not speculative, and raises
+        # nothing itself. The swap waits for those alone (the whole decision in front
+        # of it, RET's return past the bank first, was 11.38 ns of 7a057ba's build,
+        # docs/fpga.md step 40).
         swap_due = Signal()
-        abandoned = Signal()
+        unit_fault = Signal()       # a unit's fault, new this cycle, while running
+        hard_fault = Signal()       # the watchdog or the host's abort, while running
         take_swap = Signal()
-        m.d.comb += take_swap.eq(swap_due & ~abandoned)
+        m.d.comb += take_swap.eq(swap_due & ~unit_fault & ~hard_fault)
         with m.If(take_swap):
             m.d.sync += [self.active_bank.eq(~self.active_bank), self.swap_pending.eq(0)]
         with m.Elif(self.swap):
@@ -864,6 +870,8 @@ class ControlUnit(wiring.Component):
         # whatever the sequencers were doing this cycle. A unit's fault is still up in
         # the cycle that aborts it (`abort_units`, below), which is not a new one.
         abort_units = Signal()
+        m.d.comb += unit_fault.eq(self.running & (self.dma_fault | self.compute_fault) &
+                                  ~abort_units)
         with m.If(self.running & self.dma_fault & ~abort_units):
             raise_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
         with m.If(self.running & self.compute_fault & ~abort_units):
@@ -883,7 +891,6 @@ class ControlUnit(wiring.Component):
 
         # The watchdog and the host's abort stop the tile even inside a speculative
         # region; they are raised last, so their cause wins.
-        hard_fault = Signal()
         m.d.comb += hard_fault.eq(self.running & (watchdog_hit | self.abort))
         with m.If(self.running & watchdog_hit):
             raise_fault(FaultCause.WATCHDOG, watchdog)
@@ -907,7 +914,6 @@ class ControlUnit(wiring.Component):
             it has written a word: in front of the buffer's registers, the decision
             was the routed worst path of step 33's last build (13.66 ns)."""
             m.d.comb += [
-                abandoned.eq(1),
                 self.events.void.eq(1),
                 self.trace_push.eq(self.in_kernel),
                 record.faulted.eq(1),

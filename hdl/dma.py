@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from ..kernels.isa import FaultCause
 from .gmem import GmemPortSignature
-from .scratchpad import SpadPortSignature
+from .scratchpad import SpadPortSignature, registered_word
 
 
 __all__ = ["DmaCommand", "Dma"]
@@ -211,13 +211,13 @@ class Dma(wiring.Component):
         reread = Signal()
 
         # A store's GMEM write stage, a cycle after the scratchpad's word is read: the
-        # word is registered first (`sword`). From the scratchpad's block RAM to GMEM's
-        # and the staging buffer's write data in one cycle was 120 of the ULX3S
-        # build's late endpoints (step 32). A fault found by the issue stage waits
-        # (`pend_*`) until the words before it are written.
+        # word is registered first (`sword`, in the scratchpad's parts). From the
+        # scratchpad's block RAM to GMEM's and the staging buffer's write data in one
+        # cycle was 120 of the ULX3S build's late endpoints (step 32). A fault found
+        # by the issue stage waits (`pend_*`) until the words before it are written.
         w2valid = Signal()
         w2_gaddr = Signal(_ADDR_BITS)
-        sword = Signal(cfg.word_bits, reset_less=True)
+        sword = registered_word(m, self.spad, "sword")
         pend = Signal()
         pend_cause = Signal(FaultCause)
         pend_addr = Signal(_ADDR_BITS)
@@ -391,7 +391,6 @@ class Dma(wiring.Component):
                 w_gaddr.eq(Mux(again, prev_gaddr, gaddr)),
                 w2valid.eq(wvalid),
                 w2_gaddr.eq(w_gaddr),
-                sword.eq(self.spad.rdata),
             ]
             with m.If(again):
                 # A replay: the issue stage waits. Once it is read, the port moves on

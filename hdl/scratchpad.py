@@ -38,7 +38,8 @@ from ..kernels.config import TileConfig
 from .copies import copy
 
 
-__all__ = ["SpadPortSignature", "Scratchpad", "point", "spad_read_parts"]
+__all__ = ["SpadPortSignature", "Scratchpad", "point", "spad_read_parts",
+           "registered_word"]
 
 
 def point(offset, outside, value, limit):
@@ -54,6 +55,20 @@ def point(offset, outside, value, limit):
 def spad_read_parts(config):
     """How many parts a scratchpad port's read word comes in (``rdata_parts``)."""
     return (config.spad_banks + 1) // 2
+
+
+def registered_word(m, port, name):
+    """The word ``port`` read, through a register per part of it (``rdata_parts``).
+
+    Returns the parts' OR: valid two cycles after the read, one LUT after the
+    registers. (The bank selection's second LUT in front of a register was 10.3 ns
+    of the ULX3S build's routed paths into the compute unit, 10.4 to 10.75 into the
+    DMA engine's store word: docs/fpga.md, steps 39 and 40.)
+    """
+    parts = [Signal(len(port.rdata), reset_less=True, name=f"{name}_{k}")
+             for k in range(len(port.rdata_parts))]
+    m.d.sync += [part.eq(port.rdata_parts[k]) for k, part in enumerate(parts)]
+    return reduce(operator.or_, parts)
 
 
 def _check_config(config):
