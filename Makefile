@@ -44,8 +44,8 @@ $(FPGA_STAMP): pyproject.toml | $(STAMP)
 
 fpga-tools: $(FPGA_STAMP) ## Install the open FPGA tools (YoWASP Yosys, nextpnr) into .venv
 
-bitstream: venv fpga-tools ## Build the bitstream for BOARD (ulx3s-85f or icebreaker) [at CLOCK_MHZ] [best of SEEDS placements] and report it
-	$(VENV)/bin/fusetile build --board $(BOARD) $(if $(CLOCK_MHZ),--clock-mhz $(CLOCK_MHZ)) $(if $(SEEDS),--seeds $(SEEDS))
+bitstream: venv fpga-tools ## Build the bitstream for BOARD (ulx3s-85f or icebreaker) [at CLOCK_MHZ] [best of SEEDS placements] [each stopped after TIME_LIMIT minutes] and report it
+	$(VENV)/bin/fusetile build --board $(BOARD) $(if $(CLOCK_MHZ),--clock-mhz $(CLOCK_MHZ)) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(TIME_LIMIT),--time-limit $(TIME_LIMIT))
 
 test-fpga: venv fpga-tools ## Long runs (bitstreams, big sweeps): pytest -m slow
 	$(VPY) -m pytest tests/ -m slow $(PYTEST_ARGS)

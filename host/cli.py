@@ -607,6 +607,9 @@ def report_command(args, out):
              "keep the fastest (default: 1)"),
     arg("--jobs", "-j", type=int, metavar="J",
         help="placements built at once (default: N or the processors, the fewer)"),
+    arg("--time-limit", type=float, metavar="MIN",
+        help="stop a placement still building after MIN minutes and keep the best of "
+             "the others (default: no limit)"),
     arg("--sdf", action="store_true",
         help="also write the routed design's delays (routed.sdf in the build "
              "directory) for scripts/sdf_paths.py"),
@@ -625,6 +628,7 @@ def build_command(args, out):
                        clock_hz=None if args.clock_mhz is None else args.clock_mhz * 1e6,
                        baud=args.baud, build_dir=args.out, seed=args.seed,
                        seeds=args.seeds, jobs=args.jobs, sdf=args.sdf,
+                       time_limit=None if args.time_limit is None else args.time_limit * 60,
                        progress=say)
         if args.program and result["timing_met"]:
             say(f"programming the board with {result['bitstream']}")
@@ -648,8 +652,8 @@ def build_command(args, out):
                       f"{result['peak_gops']:g} GOPS; built in {result['build_seconds']:.0f} s")
         if len(result["seeds"]) > 1:
             console.print("placements: " + ", ".join(
-                f"seed {s['seed']} {s['fmax_mhz']:g} MHz" for s in result["seeds"])
-                + f"; kept seed {result['seed']}")
+                f"seed {s['seed']} " + ("stopped" if s["stopped"] else f"{s['fmax_mhz']:g} MHz")
+                for s in result["seeds"]) + f"; kept seed {result['seed']}")
         path = result["critical_path"]
         if path and not result["timing_met"]:
             console.print(f"critical path: {path['from']} -> {path['to']}, "

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,8 +30,8 @@ from ..hdl.copies import KEEP_COPIES
 from ..kernels.config import TileConfig
 
 
-__all__ = ["FpgaError", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS",
-           "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
+__all__ = ["FpgaError", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING",
+           "UNDEFINED_COLLISIONS", "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
@@ -271,7 +272,7 @@ def _overused(log_path):
 
 
 def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_dir=None,
-          seed=1, seeds=1, jobs=None, sdf=False, progress=None):
+          seed=1, seeds=1, jobs=None, time_limit=None, sdf=False, progress=None):
     """Build the bitstream of the tile on ``board_name`` and report what it took.
 
     Parameters
@@ -297,6 +298,12 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     jobs : int, optional
         Builds run at once (each is one nextpnr process); default the smaller of
         ``seeds`` and the machine's processors.
+    time_limit : float, optional
+        Seconds each placement's build (Yosys, nextpnr, the packer) may take: one
+        still running then is stopped, with every process it started, and left out
+        of the result. nextpnr's router can spend most of an hour on one placement
+        that another seed routes in twenty minutes (docs/fpga.md, step 39). Default:
+        none.
     sdf : bool
         Also have nextpnr write the routed design's delays (``routed.sdf`` in the build
         directory), which ``scripts/sdf_paths.py`` turns into the worst path
@@ -314,16 +321,17 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         ``macs``, ``peak_gops`` (2 x MACs x clock), ``peak_gops_at_fmax``,
         ``uart`` (baud and divisor), ``leds``, ``build_seconds`` (all of it, every
         seed), ``seed`` (the best placement's), ``seeds`` (per seed: ``seed``,
-        ``fmax_mhz``, ``late_endpoints``, ``build_dir``), ``bitstream`` and ``sdf``
-        (the best placement's; ``sdf`` None without ``sdf``).
+        ``fmax_mhz``, ``late_endpoints``, ``build_dir``, and ``stopped``: it ran
+        over ``time_limit``, its figures None), ``bitstream`` and ``sdf`` (the best
+        placement's; ``sdf`` None without ``sdf``).
 
     Raises
     ------
     ValueError
-        Unknown board, a clock the PLL or the UART cannot make, or ``seeds`` or
-        ``jobs`` below 1.
+        Unknown board, a clock the PLL or the UART cannot make, ``seeds`` or
+        ``jobs`` below 1, or a ``time_limit`` that is not positive.
     FpgaError
-        The tools are missing or failed.
+        The tools are missing or failed, or every placement ran over ``time_limit``.
     """
     board = find_board(board_name)
     config = board.config if config is None else config
@@ -334,6 +342,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     jobs = min(seeds, os.cpu_count() or 1) if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
+    if time_limit is not None and not time_limit > 0:
+        raise ValueError(f"time_limit must be a positive number of seconds, not {time_limit}")
     build_dir = Path(build_dir if build_dir is not None else Path("build/fpga") / board.name)
     say = progress or (lambda text: None)
 
@@ -358,13 +368,35 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         f"synthesis, place and route of {seeds} placements, {jobs} at a time (Yosys, "
         f"nextpnr; several minutes each)")
     start = time.monotonic()
+
+    running = set()     # the builds' scripts, each the leader of its process group
+
+    def place(s):
+        try:
+            _execute(plans[s], directories[s], env, platform.device, board.family,
+                     time_limit, running)
+        except TimeLimitExceeded:
+            say(f"seed {s} stopped after {time_limit:g} s")
+            return False
+        return True
+
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        # (list() waits for every build and raises the first one's error.)
-        list(pool.map(lambda s: _execute(plans[s], directories[s], env, platform.device,
-                                         board.family), tried))
+        try:
+            # (dict() waits for every build and raises the first one's error.)
+            finished = dict(zip(tried, pool.map(place, tried)))
+        except BaseException:
+            # An interrupt, or one build's error: the others stop too (their process
+            # groups do not get the terminal's interrupt).
+            pool.shutdown(cancel_futures=True, wait=False)
+            for script in list(running):
+                _stop_group(script)
+            raise
     seconds = time.monotonic() - start
-    reports = {s: _read_reports(directories[s], board.family) for s in tried}
-    best = max(tried, key=lambda s: (reports[s]["fmax_mhz"], -s))
+    reports = {s: _read_reports(directories[s], board.family) for s in tried if finished[s]}
+    if not reports:
+        raise FpgaError(f"no placement finished within {time_limit:g} s (seeds "
+                        + ", ".join(map(str, tried)) + f"; their logs in {build_dir})")
+    best = max(reports, key=lambda s: (reports[s]["fmax_mhz"], -s))
 
     report = reports[best]
     best_dir = directories[best]
@@ -389,26 +421,62 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "leds": [name for name, _ in LED_MEANINGS[:board.leds]],
         "build_seconds": round(seconds, 1),
         "seed": best,
-        "seeds": [{"seed": s, "fmax_mhz": reports[s]["fmax_mhz"],
-                   "late_endpoints": (reports[s]["late"] or {}).get("endpoints"),
+        "seeds": [{"seed": s,
+                   "fmax_mhz": reports[s]["fmax_mhz"] if finished[s] else None,
+                   "late_endpoints": ((reports[s]["late"] or {}).get("endpoints")
+                                      if finished[s] else None),
+                   "stopped": not finished[s],
                    "build_dir": str(directories[s])} for s in tried],
         "bitstream": str(bitstream),
         "sdf": str(best_dir / "routed.sdf") if sdf else None,
     }
 
 
-def _execute(plan, build_dir, env, device, family):
-    """Run an Amaranth build plan in ``build_dir`` (Yosys, nextpnr, the packer)."""
+class TimeLimitExceeded(FpgaError):
+    """A build ran over its time limit and was stopped."""
+
+
+def _execute(plan, build_dir, env, device, family, time_limit=None, running=None):
+    """Run an Amaranth build plan in ``build_dir`` (Yosys, nextpnr, the packer), for at
+    most ``time_limit`` seconds.
+
+    The plan's script runs as Amaranth's ``execute_local`` runs it, but in a process
+    group of its own, so that a build over its time limit is stopped whole: the
+    script, the YoWASP launchers and the tools they start (``execute_local`` has no
+    time limit, and stopping the shell alone would leave nextpnr running). While it
+    runs, the script's process is in the set ``running``, for the caller to stop.
+    """
+    root = plan.extract(build_dir)
+    script = subprocess.Popen(["sh", f"{plan.script}.sh"], cwd=root,
+                              env={**os.environ, **env}, start_new_session=True)
+    running = set() if running is None else running
+    running.add(script)
     try:
-        plan.execute_local(build_dir, env={**os.environ, **env})
-    except subprocess.CalledProcessError as e:
-        over = _overused(build_dir / "fusetile.tim")
+        code = script.wait(timeout=time_limit)
+    except subprocess.TimeoutExpired:
+        _stop_group(script)
+        raise TimeLimitExceeded(f"the {family} build in {build_dir} ran over "
+                                f"{time_limit:g} s") from None
+    except BaseException:
+        _stop_group(script)
+        raise
+    finally:
+        running.discard(script)
+    if code != 0:
+        over = _overused(Path(build_dir) / "fusetile.tim")
         if over:
             raise FpgaError(f"the design does not fit the {device}: "
-                            + ", ".join(over) + f" (nextpnr's log: {build_dir}/fusetile.tim)"
-                            ) from e
-        raise FpgaError(f"the {family} toolchain failed (exit {e.returncode}); "
-                        f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim") from e
+                            + ", ".join(over) + f" (nextpnr's log: {build_dir}/fusetile.tim)")
+        raise FpgaError(f"the {family} toolchain failed (exit {code}); "
+                        f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim")
+
+
+def _stop_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def _read_reports(build_dir, family):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from amaranth.back import rtlil
+from amaranth.build.run import BuildPlan
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
@@ -663,9 +664,10 @@ def test_the_fastest_of_several_placements_is_kept(tmp_path, monkeypatch, capsys
     fmax = {3: 91.5, 4: 97.25, 5: 88.0}
     running, most = set(), []
 
-    def execute(plan, build_dir, env, device, family):
+    def execute(plan, build_dir, env, device, family, time_limit, running):
         seed, = map(int, re.findall(r"--seed (\d+)", plan.files["build_fusetile.sh"]))
         assert build_dir == tmp_path / f"seed-{seed}" and family == "ecp5"
+        assert time_limit is None
         running.add(seed)
         most.append(len(running))
         build_dir.mkdir(parents=True)
@@ -686,6 +688,60 @@ def test_the_fastest_of_several_placements_is_kept(tmp_path, monkeypatch, capsys
     assert max(most) <= 2
     with pytest.raises(ValueError, match="seeds must be at least 1"):
         fpga.build("ulx3s-85f", seeds=0)
+
+
+def test_a_placement_over_the_time_limit_is_left_out(tmp_path, monkeypatch, capsys):
+    """``fusetile build --seeds N --time-limit MIN``: a placement still building after
+    the limit is stopped and listed as such, the best of the others is the result,
+    and if none finishes the build fails, naming the limit. (The tools are stood in
+    for, as above; the test below stops real processes.)"""
+    fmax = {1: 90.5, 2: None, 3: 88.25}      # seed 2 runs over the limit
+    limits = []
+
+    def execute(plan, build_dir, env, device, family, time_limit, running):
+        seed, = map(int, re.findall(r"--seed (\d+)", plan.files["build_fusetile.sh"]))
+        limits.append(time_limit)
+        if fmax[seed] is None:
+            raise fpga.TimeLimitExceeded(f"seed {seed} over")
+        build_dir.mkdir(parents=True)
+        report = json.loads(json.dumps(_ECP5_REPORT))
+        report["fmax"]["$glbnet$clk"]["achieved"] = fmax[seed]
+        (build_dir / "report.json").write_text(json.dumps(report))
+
+    monkeypatch.setattr(fpga, "tool_environment", lambda family: {})
+    monkeypatch.setattr(fpga, "_execute", execute)
+    said = []
+    result = fpga.build("ulx3s-85f", seeds=3, time_limit=30, build_dir=tmp_path,
+                        progress=said.append)
+    assert "seed 2 stopped after 30 s" in said and limits == [30] * 3
+    assert result["seed"] == 1 and result["fmax_mhz"] == 90.5
+    assert [(s["seed"], s["fmax_mhz"], s["stopped"]) for s in result["seeds"]] == [
+        (1, 90.5, False), (2, None, True), (3, 88.25, False)]
+    # (The command line's limit is in minutes.)
+    assert main(["build", "--board", "ulx3s-85f", "--seed", "2", "--time-limit", "0.5",
+                 "--out", str(tmp_path / "none")]) == 1
+    assert "no placement finished within 30 s (seeds 2;" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="time_limit must be a positive number"):
+        fpga.build("ulx3s-85f", time_limit=0)
+
+
+def test_a_build_over_its_time_limit_is_stopped_whole(tmp_path):
+    """The build script runs in a process group of its own, and the limit stops all of
+    it: here a script whose child (as nextpnr is the YoWASP launcher's) would outlive
+    the shell. A script that fails is the toolchain's error, naming the build."""
+    plan = BuildPlan(script="build_fusetile")
+    plan.add_file("build_fusetile.sh", "sleep 60 &\necho $! > child.pid\nwait\n")
+    running = set()
+    with pytest.raises(fpga.TimeLimitExceeded, match="ran over 1 s"):
+        fpga._execute(plan, tmp_path / "slow", {}, "LFE5U-85F", "ecp5", 1, running)
+    child = int((tmp_path / "slow" / "child.pid").read_text())
+    assert not running
+    assert not Path(f"/proc/{child}").exists() or \
+        Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"     # gone, or a zombie
+    plan = BuildPlan(script="build_fusetile")
+    plan.add_file("build_fusetile.sh", "exit 3\n")
+    with pytest.raises(fpga.FpgaError, match="toolchain failed \\(exit 3\\)"):
+        fpga._execute(plan, tmp_path / "failing", {}, "LFE5U-85F", "ecp5")
 
 
 def test_cli_build_errors_are_one_line(capsys, monkeypatch):
