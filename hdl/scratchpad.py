@@ -390,12 +390,18 @@ class Scratchpad(wiring.Component):
             # port's own request, with no claim (the ports above it) in front of it.
             # Neither the partition test (step 31's routed worst path, the limit
             # through the grant into a bank's read address) nor the claims are on it
-            # (they were 54 of step 33's late endpoints, 12.6 ns).
+            # (they were 54 of step 33's late endpoints, 12.6 ns). The last port's
+            # row is the default, unconditional: the address matters only when the
+            # bank reads (`reading`), and the last port's test in front of its row was
+            # one LUT more on the DMA engine's way into the banks (10.4 to 11.1 ns,
+            # 7a057ba's ULX3S builds, docs/fpga.md step 40).
             with m.If(reqs[0].rd & (reqs[0].bank == b)):
                 m.d.comb += rp.addr.eq(reqs[0].row)
-            for req in reqs[1:]:
+            for req in reqs[1:-1]:
                 with m.Elif(req.rd & (req.bank == b)):
                     m.d.comb += rp.addr.eq(req.row)
+            with m.Else():
+                m.d.comb += rp.addr.eq(reqs[-1].row)
             # Likewise the bank reads whenever a port reads it, inside its partition or
             # not: a read has no effect but its word, which only the port it is granted
             # to takes (`read_bank`), and none at all on an abort. With the partition
