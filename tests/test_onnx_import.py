@@ -12,13 +12,13 @@ refuse what the IR cannot express with a :class:`GraphError` naming node and op.
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                       quantize_static)
 
 from fusetile.host.onnx_import import load_model
+from fusetile.workloads.digits import session
 from fusetile.kernels.graph import Add, AvgPool, Conv, Dense, GraphError, run_reference
 
 
@@ -167,7 +167,7 @@ def quantise(model, path, *, activations="int8", per_channel=False, seed=0,
 
 def compare_with_ort(path, graph, samples):
     """Output differences (reference - onnxruntime) in output quantisation steps."""
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    sess = session(path)
     name = sess.get_inputs()[0].name
     scale = graph.tensors[graph.output].scale
     steps = []
@@ -523,7 +523,7 @@ def _session_with_outputs(path, names):
     model = onnx.load(path)
     for n in names:
         model.graph.output.append(onnx.ValueInfoProto(name=n))
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session(model)
 
 
 # -- QOperator ----------------------------------------------------------------------------
@@ -572,7 +572,7 @@ def test_qoperator_models(dtype, per_channel):
                                                        "Dense"]
     assert graph.ops[0].name == "qconv1" and graph.ops[0].pads == (1, 0, 1, 2)
     off = 128 if dtype == np.uint8 else 0
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = session(model)
     info = np.iinfo(dtype)
     same = total = 0
     for _ in range(SAMPLES):
@@ -612,7 +612,7 @@ def test_matmulinteger_requantised():
                    out_type=TensorProto.INT8)
     graph = load_model(model)
     assert [type(op).__name__ for op in graph.ops] == ["Dense"]
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = session(model)
     for _ in range(SAMPLES):
         x = rng.integers(-128, 128, size=(1, 6)).astype(np.int8)
         ours = run_reference(graph, x[0])[graph.output]
@@ -685,7 +685,7 @@ def test_weight_zero_point_beyond_int8():
     graph = load_model(model)
     w = graph.ops[0].weight
     assert w.dtype == np.int16 and w.min() < -128
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = session(model)
     xs = rng.integers(-128, 128, size=(16, 3, 7, 5)).astype(np.int8)
     ours = np.stack([run_reference(graph, x)[graph.output] for x in xs])
     theirs = np.concatenate([sess.run(None, {"x": x[None]})[0] for x in xs])

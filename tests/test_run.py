@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -28,9 +27,9 @@ def split():
 
 
 def _ort(path, xs):
-    session = ort.InferenceSession(path)
-    name = session.get_inputs()[0].name
-    return np.concatenate([session.run(None, {name: x[None]})[0] for x in xs])
+    sess = digits.session(path)
+    name = sess.get_inputs()[0].name
+    return np.concatenate([sess.run(None, {name: x[None]})[0] for x in xs])
 
 
 def _run(tmp_path, capsys, path, xs, *extra):

@@ -161,7 +161,7 @@ def test_cnn_forward_matches_onnx_graph(net):
     params = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
     x = digits.load_split()[2][:5]
     want, _ = TRAINERS[net][1](params, x)
-    sess = digits._session(model)
+    sess = digits.session(model)
     got = np.concatenate([sess.run(None, {digits.INPUT: img[None]})[0] for img in x])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -219,7 +219,7 @@ def test_rescnn_runs_on_the_tile_as_onnxruntime(tmp_path, capsys, split):
                    "--output", str(tmp_path / "y.npy"), "--target", "model", "--json"])
     assert status in (0, None)
     assert json.loads(capsys.readouterr().out)["samples"] == len(xs)
-    sess = digits._session(_path("digits_rescnn.onnx"))
+    sess = digits.session(_path("digits_rescnn.onnx"))
     want = np.concatenate([sess.run(None, {digits.INPUT: img[None]})[0] for img in xs])
     got = np.load(tmp_path / "y.npy").reshape(want.shape)
     model = onnx.load(path)

@@ -830,23 +830,52 @@ def quantize(model, x_calib):
         return onnx.load(dst)
 
 
-def _session(model_or_path):
-    """A single-threaded CPU InferenceSession (single thread: repeatable results)."""
+def session(model_or_path):
+    """A single-threaded CPU InferenceSession whose integer kernels do not saturate:
+    the reference the tile's results are held to.
+
+    On an x86-64 CPU without VNNI, onnxruntime's uint8 x int8 matrix kernels add pairs
+    of products in 16 bits with saturation, so an int8 model's results depend on the
+    machine (seen: 26 of this project's comparisons off by up to 123 steps on an AVX2
+    EPYC that pass on a VNNI Xeon). The session option ``session.x64quantprecision``
+    has it widen to 16 bits first (microsoft/onnxruntime#14642, #12088). That mode
+    has no int8 x int8 QLinear kernels: a model that needs them (QOperator with int8
+    activations) runs with the default ones, which agree with the tile there.
+    Single thread: repeatable results.
+    """
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     src = model_or_path
     if isinstance(model_or_path, onnx.ModelProto):
         src = model_or_path.SerializeToString()
     elif isinstance(model_or_path, Path):
         src = str(model_or_path)
-    return ort.InferenceSession(src, opts, providers=["CPUExecutionProvider"])
+
+    def options(precise):
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        if precise:
+            opts.add_session_config_entry("session.x64quantprecision", "1")
+        return opts
+
+    # In order: the precise mode; the same without the transformer that turns int8
+    # QDQ pairs into uint8 ones, which fails to initialise some models in that mode
+    # ("Attempt to replace the existing tensor"); the default kernels.
+    errors = (ort.capi.onnxruntime_pybind11_state.Fail,
+              ort.capi.onnxruntime_pybind11_state.NotImplemented)
+    for precise, disabled in ((True, []), (True, ["QDQS8ToU8Transformer"]), (False, [])):
+        try:
+            return ort.InferenceSession(src, options(precise),
+                                        providers=["CPUExecutionProvider"],
+                                        disabled_optimizers=disabled)
+        except errors as e:
+            error = e
+    raise error
 
 
 def predict(model_or_path, x):
     """Class predictions of a model on images ``x`` (N, 1, 8, 8), one at a time."""
-    sess = _session(model_or_path)
+    sess = session(model_or_path)
     return np.array([sess.run([OUTPUT], {INPUT: img[None]})[0].argmax()
                      for img in x.astype(np.float32)])
 
@@ -883,7 +912,7 @@ def _probe(model_or_path, x, name):
     else:
         model = onnx.load(str(model_or_path))
     model.graph.output.append(onnx.ValueInfoProto(name=name))
-    sess = _session(model)
+    sess = session(model)
     return np.stack([sess.run([name], {INPUT: img[None]})[0]
                      for img in x.astype(np.float32)])
 
