@@ -31,7 +31,8 @@ from ..kernels.config import TileConfig
 
 
 __all__ = ["FpgaError", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING",
-           "UNDEFINED_COLLISIONS", "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
+           "UNDEFINED_COLLISIONS", "tool_environment", "build", "program", "parse_report",
+           "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
