@@ -288,11 +288,13 @@ class ControlUnit(wiring.Component):
         resume_pc = Signal(24)
         resume_outside = Signal()   # ... and whether it is past the bank
 
-        # Whether micro_pc is past the slot, registered with it: MICRO_FETCH faults on
-        # it, and compared there the test came first on the path that decides a fault
-        # and everything a fault abandons. (plan_pc can be past the bank only in the
-        # fetch of a rollback, when it is resume_pc: that test is resume_outside.)
+        # Whether micro_pc is past the slot and plan_pc past the bank, registered with
+        # them: MICRO_FETCH and PLAN_FETCH fault on them. Compared there, the test came
+        # first on the path that decides a fault and everything a fault abandons.
+        # plan_pc gets past the bank only by a rollback, a RET or a publish: the plan
+        # instructions that go elsewhere test their targets when they execute.
         micro_pc_outside = Signal()
+        plan_pc_outside = Signal()
 
         # The store read ports are addressed one cycle ahead: the cycle that decides
         # the next plan (micro) PC presents it, so the word is out of the block RAM in
@@ -428,19 +430,14 @@ class ControlUnit(wiring.Component):
         next_outside = Signal()
         m.d.sync += [next_q.eq(next_pc), next_outside.eq(next_pc >= cfg.plan_depth)]
 
-        def plan_goto(pc, outside=None):
-            # `outside`: pc is past the bank, worked out a cycle ahead (PLAN_EXEC's
-            # decode tests its own targets: `plan_bad`).
-            def go():
-                m.d.sync += [self.plan_pc.eq(pc), state.eq(_State.PLAN_FETCH.code)]
-                m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_en.eq(1)]
-            if outside is None:
-                go()
-                return
-            with m.If(outside):
-                raise_fault(FaultCause.PLAN_RANGE, pc)
-            with m.Else():
-                go()
+        def plan_goto(pc, outside=0):
+            # `outside`: pc is past the bank, and the fetch faults. PLAN_EXEC's decode
+            # tests its own targets (`plan_bad`); RET and PUBLISH go to next_q whatever
+            # it is: tested in their decision, RET's wait for the units came in front
+            # of the fault (11.12 ns of e0f2cb7's routed paths, docs/fpga.md step 41).
+            m.d.sync += [self.plan_pc.eq(pc), plan_pc_outside.eq(outside),
+                         state.eq(_State.PLAN_FETCH.code)]
+            m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_en.eq(1)]
 
         def micro_next():
             m.d.sync += [self.micro_pc.eq(next_upc), next_upc.eq(next_upc + 1),
@@ -713,13 +710,13 @@ class ControlUnit(wiring.Component):
                 m.d.sync += watchdog_hit.eq(0)      # the count starts at 0
                 m.d.sync += [
                     self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
-                    self.exec_bank.eq(self.active_bank), watchdog.eq(0),
-                    state.eq(_State.PLAN_FETCH.code),
+                    plan_pc_outside.eq(0), self.exec_bank.eq(self.active_bank),
+                    watchdog.eq(0), state.eq(_State.PLAN_FETCH.code),
                 ]
 
         with m.If(at(_State.PLAN_FETCH)):
             m.d.sync += plan_ir.eq(self.plan_rd_data)
-            with m.If(rolling_back & resume_outside):
+            with m.If(plan_pc_outside):
                 raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
             with m.Else():
                 m.d.sync += state.eq(_State.PLAN_DECODE.code)
@@ -729,7 +726,8 @@ class ControlUnit(wiring.Component):
 
         with m.If(at(_State.ROLLBACK)):
             m.d.comb += self.plan_rd_en.eq(1)
-            m.d.sync += [self.plan_pc.eq(resume_pc), state.eq(_State.PLAN_FETCH.code)]
+            m.d.sync += [self.plan_pc.eq(resume_pc), plan_pc_outside.eq(resume_outside),
+                         state.eq(_State.PLAN_FETCH.code)]
 
         with m.If(at(_State.PLAN_EXEC)):
             # MARK writes the register even when its target faults (as the golden

@@ -220,7 +220,9 @@ _CONTROL = """\
 A plan starts at PC 0 of the active bank when the host writes `CTRL.start` and ends at
 `done`, which is also the safe point where a requested bank swap takes effect. Targets
 of `jump`, `branch` and `switch` are PCs in the bank that is executing; a target at or
-beyond the bank's depth faults with `PLAN_RANGE`.
+beyond the bank's depth faults with `PLAN_RANGE`. So does the fetch after a `call` or
+a `commit` in the bank's last entry, once the kernel has returned or the region's stores
+are published (the fault is outside the kernel).
 
 * `call slot, a=A, b=B` runs the kernel in `slot` with arguments `A` and `B` and
   continues at the next plan instruction once the kernel's `ret` has retired.

@@ -683,14 +683,20 @@ class TileModel:
         flag_write = None
         compute_issue = None
 
+        def fetch(target):
+            # RET and PUBLISH go on to the next PC whatever it is, and a fetch past the
+            # bank faults (as a rollback's does).
+            tr["plan_pc"] = target
+            tr["state"] = _PLAN_FETCH
+            ev.plan_retired = 1
+
         def goto(target):
+            # The other plan instructions test their targets when they execute.
             nonlocal seq_fault
             if target >= cfg.plan_depth:
                 seq_fault = (FaultCause.PLAN_RANGE, target, 0)
             else:
-                tr["plan_pc"] = target
-                tr["state"] = _PLAN_FETCH
-                ev.plan_retired = 1
+                fetch(target)
 
         def micro_next():
             tr["micro_pc"] = self.micro_pc + 1
@@ -786,7 +792,7 @@ class TileModel:
 
         elif state == _PUBLISH:
             if not self._draining:
-                goto(self.plan_pc + 1)
+                fetch(self.plan_pc + 1)
 
         elif state == _MICRO_FETCH:
             if self.micro_pc >= cfg.slot_depth:
@@ -839,7 +845,7 @@ class TileModel:
                     ev.micro_retired = 1
                     ev.call_done = 1
                     ret_trace = True
-                    goto(self.plan_pc + 1)
+                    fetch(self.plan_pc + 1)
             elif op in COMPUTE_OPS:
                 if self._checked < _CHECK_CYCLES[op == MicroOp.VPOOL]:
                     # Its first cycles check the operands (the RTL's stages).

@@ -304,6 +304,31 @@ def test_switch_past_the_bank(amaranth_pair, table, past, reg):
         assert result["fault"] is None and result["mark"] == 5
 
 
+@pytest.mark.parametrize("region", [False, True])
+def test_a_return_past_the_bank_faults_at_the_fetch(amaranth_pair, region):
+    """A CALL (or, in a speculative region, its COMMIT) in the bank's last entry: the
+    kernel's RET waits for its store, returns, and the plan PC past the bank faults
+    when it is fetched, outside the kernel. The store is in GMEM (published, in a
+    region), the call counted and its trace record not faulted."""
+    model, rtl = amaranth_pair
+    depth = SMALL.plan_depth
+    kernel = [dma_load(gmem=0, spad=0, cols=4), wait(), dma_store(gmem=100, spad=0, cols=4),
+              ret()]
+    if region:
+        plan = [nop()] * (depth - 3) + [assume(1, 0, expect=False), call(0), commit()]
+    else:
+        plan = [nop()] * (depth - 1) + [call(0)]
+    program = _minimal(kernel, plan, fallback=[mark(9), done()] if region else None)
+    result = check(model, rtl, program)
+    fault = result["fault"]
+    assert (fault["cause"], fault["plan_pc"], fault["addr"], fault["in_kernel"]) == \
+        (FaultCause.PLAN_RANGE, depth, depth, 0)
+    wb = SMALL.word_bytes
+    assert result["gmem"][100 * wb:104 * wb] == program.gmem[:4 * wb]
+    assert result["slot_calls"][0] == 1
+    assert [r["faulted"] for r in result["trace"]] == [0]
+
+
 @pytest.mark.parametrize("size, faults", [(3, False), (2, True)])
 def test_switch_range_of_its_own_index(amaranth_pair, size, faults):
     """SWITCH on X2 = 2 (X0 = 0): a table of 2 entries faults with SWITCH_RANGE and the
