@@ -340,15 +340,19 @@ class Dma(wiring.Component):
             # The read does not wait for the write stage: GMEM's read port (and the
             # host's reads behind it) no longer waits for the scratchpad's arbitration
             # (the ULX3S build's worst paths ran from there into GMEM's read address).
-            # In a replay's cycle the port reads the word read in the stall's cycle
-            # again, and the issue stage waits; else it reads its own word and moves
-            # on, stall or not.
-            rereading = again & reread
+            # In a replay's cycle (`reread`, set only with `again`) the port reads the
+            # word read in the stall's cycle again, and the issue stage waits; else it
+            # reads its own word and moves on, stall or not. A write fault stops the
+            # engine in this cycle, and `stop` wins over what the advance would change
+            # (a new command sets all of that again): the advance does not wait for it.
+            # The write stage's partition test and `again` in front of the advance
+            # were 10.60 ns of e0f2cb7's routed paths, into the next row's addresses
+            # (docs/fpga.md step 41).
             issue = Signal()
             m.d.comb += [
-                issue.eq(issuing & ~gmem_oob & ~rereading & ~write_fault),
-                self.gmem.raddr.eq(Mux(rereading, prev_gaddr, gaddr)),
-                self.gmem.re.eq(rereading | (issuing & ~gmem_oob)),
+                issue.eq(issuing & ~gmem_oob & ~reread),
+                self.gmem.raddr.eq(Mux(reread, prev_gaddr, gaddr)),
+                self.gmem.re.eq(reread | (issuing & ~gmem_oob)),
             ]
             with m.If(issue):
                 advance()
@@ -357,8 +361,8 @@ class Dma(wiring.Component):
             with m.Elif(write_stall):
                 # Present the word again next cycle, and keep the word read now (if
                 # one was) to read again then.
-                m.d.sync += [wvalid.eq(1), again.eq(1), reread.eq(rereading | issue)]
-            with m.Elif(rereading):
+                m.d.sync += [wvalid.eq(1), again.eq(1), reread.eq(reread | issue)]
+            with m.Elif(reread):
                 # The replay is written: the word read again now is written next.
                 m.d.sync += [wvalid.eq(1), port_offset.eq(prev_saddr),
                              w_spad_oob.eq(prev_spad_oob)]
