@@ -202,18 +202,20 @@ class MacArray(wiring.Component):
         # 801 of the ULX3S build's late endpoints at 100 MHz (docs/fpga.md, step 30).
         # Whether ACC starts afresh (a bias, or a step marked `first`) is a register of
         # its own too: with it, what goes into an accumulator's adder is one LUT deep.
-        # The three are built once per row (`copy`): one flip-flop fanned out to all
+        # The enable is built once per row (`copy`): one flip-flop fanned out to all
         # rows x cols x 32 bits spent 6.5 ns in wire alone (198c8e5's ULX3S build,
-        # docs/fpga.md step 38).
-        bias_load, acc_en, acc_load = ([copy(Signal(name=f"{name}_{i}"))
-                                        for i in range(cfg.rows)]
-                                       for name in ("bias_load", "acc_en", "acc_load"))
+        # docs/fpga.md step 38). The choices in front of the adders are built once per
+        # accumulator: a row's copy, fanned out to its columns' 32 LUTs each, still
+        # spent 6.2 to 6.5 ns in wire (e0f2cb7's build, docs/fpga.md step 41).
+        acc_en = [copy(Signal(name=f"acc_en_{i}")) for i in range(cfg.rows)]
+        bias_load, acc_load = ([[copy(Signal(name=f"{name}_{i}_{j}")) for j in range(cfg.cols)]
+                                for i in range(cfg.rows)]
+                               for name in ("bias_load", "acc_load"))
         for i in range(cfg.rows):
-            m.d.sync += [
-                bias_load[i].eq(self.bias_valid),
-                acc_en[i].eq(self.bias_valid | op_valid & ~self.abort),
-                acc_load[i].eq(self.bias_valid | op_first),
-            ]
+            m.d.sync += acc_en[i].eq(self.bias_valid | op_valid & ~self.abort)
+            for j in range(cfg.cols):
+                m.d.sync += [bias_load[i][j].eq(self.bias_valid),
+                             acc_load[i][j].eq(self.bias_valid | op_first)]
 
         in_dsp = self.dsp_accumulator
         if in_dsp is None:
@@ -230,15 +232,15 @@ class MacArray(wiring.Component):
                 dsp_b.eq(op_b),
             ]
             for i in range(cfg.rows):
-                init = Mux(bias_load[i], self.bias_value[i], 0)
                 for j in range(cfg.cols):
+                    init = Mux(bias_load[i][j], self.bias_value[i], 0)
                     with m.If(acc_en[i]):
-                        m.d.sync += acc[i][j].eq(Mux(acc_load[i], init, acc[i][j]) +
+                        m.d.sync += acc[i][j].eq(Mux(acc_load[i][j], init, acc[i][j]) +
                                                  dsp_a[i] * dsp_b[j])
         else:
             for i in range(cfg.rows):
-                init = Mux(bias_load[i], self.bias_value[i], 0)
                 for j in range(cfg.cols):
+                    init = Mux(bias_load[i][j], self.bias_value[i], 0)
                     # The product register: on an ECP5 the DSP block's own (its
                     # operands come from the shared registers above).
                     m.submodules[f"mul_{i}_{j}"] = mul = Multiplier(signed(8), signed(8),
@@ -250,9 +252,9 @@ class MacArray(wiring.Component):
                     # from there, made the MAC array's late endpoints on the ULX3S,
                     # docs/fpga.md step 35). The sum is 33 bits wide; the assignment
                     # wraps it to 32.
-                    addend = Mux(bias_load[i], 0, mul.p)
+                    addend = Mux(bias_load[i][j], 0, mul.p)
                     with m.If(acc_en[i]):
-                        m.d.sync += acc[i][j].eq(Mux(acc_load[i], init, acc[i][j]) + addend)
+                        m.d.sync += acc[i][j].eq(Mux(acc_load[i][j], init, acc[i][j]) + addend)
 
         with m.Switch(self.row):
             for i in range(cfg.rows):
@@ -262,7 +264,7 @@ class MacArray(wiring.Component):
                 m.d.sync += self.acc_row.eq(0)
 
         m.d.comb += [
-            self.busy.eq(op_valid | prod_valid | bias_load[0]),
+            self.busy.eq(op_valid | prod_valid | bias_load[0][0]),
             self.macs.eq(Mux(adding, cfg.rows * cfg.cols, 0)),
         ]
         return m
