@@ -460,11 +460,12 @@ class VectorAlu(wiring.Component):
     after the previous one (the compute unit paces them); the other words still come
     one per cycle.
 
-    Pipeline (``LATENCY`` = 9 with P = 1): input registers (with VCLAMP's comparisons
-    and VPOOL's pair sums and maxima); operand preparation and the reductions (VPOOL's
-    merge, VCLAMP's selection); the multipliers' operand registers; partial products;
-    the products' sum; shift and sticky; rounding and zero point; clamp; output
-    register. VADD is
+    Pipeline (``LATENCY`` = 10 with P = 1): the word's and ``regs``' input registers
+    (stage 0); input registers again, with VCLAMP's comparisons and VPOOL's pair sums
+    and maxima (stage 1, where a row starts); operand preparation and the reductions
+    (VPOOL's merge, VCLAMP's selection); the multipliers' operand registers; partial
+    products; the products' sum; shift and sticky; rounding and zero point; clamp;
+    output register. VADD is
     ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
     ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers. Beside stages
     2..8, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
@@ -493,8 +494,9 @@ class VectorAlu(wiring.Component):
         ignored.
     requant : In(1)
         The lane multipliers serve the rows (1) or the words (0): high in the cycle a
-        row is presented on ``rq``, low in the cycle after a word is presented on
-        ``i`` (registered with the operands, as ``rows``).
+        row is presented on ``rq``, low two cycles after a word is presented on ``i``
+        (registered with the operands, as ``rows``; a word comes to them a cycle after
+        a row presented with it).
     busy : Out(1)
         Words or rows are in flight: high from the cycle after one is presented until
         the cycle before its result is out (one cycle for a VPOOL word that does not
@@ -509,7 +511,7 @@ class VectorAlu(wiring.Component):
 
     #: Cycles from the word completing a result on ``i`` to the result on ``o``, with a
     #: lane multiplier per lane (:attr:`latency` in general).
-    LATENCY = 9
+    LATENCY = 10
     #: Cycles from a row on ``rq`` to its result on ``rq_o``, with a lane multiplier
     #: per lane (:attr:`requant_latency` in general).
     REQUANT_LATENCY = 7
@@ -555,23 +557,37 @@ class VectorAlu(wiring.Component):
 
         m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]
 
+        # Stage 0: a word is registered as it comes, with the registers it is
+        # sampled with, so that the unit's first stage is placed apart from the
+        # compute unit's data stage: a word went from there across the device into
+        # stage 1's sums and comparisons (5.3 ns of wire in front of 10.4 to 10.5 ns
+        # paths, e0f2cb7's ULX3S build; 10.8 to 11.1 ns at 7a057ba's: docs/fpga.md
+        # step 41). Like stage 1's, the word loads with its valid bit. A row comes
+        # from the MAC array's registers and goes straight into stage 1: a REQUANT
+        # after every tile of a matmul keeps its cycles.
+        i_valid = _register(m, self.i.valid, "s0_valid", reset_less=False)
+        i_pay = Signal(self.i.payload.shape(), name="s0", reset_less=True)
+        with m.If(self.i.valid):
+            m.d.sync += i_pay.eq(self.i.payload)
+        regs = _register(m, self.regs, "regs0")
+
         # Stage 1: input registers. A REQUANT row goes from its register to the lane
         # multipliers; a word has its operands prepared in stage 2 first. The word is
         # loaded only with its valid bit: loaded every cycle, its register would equal
         # the MAC array's operand register (both take the scratchpad's operand words),
         # Yosys would merge the two, and one flip-flop would feed both units from
         # wherever the placer puts it (the ULX3S build's worst path did that).
-        s1 = Signal(self.i.payload.shape(), name="s1", reset_less=True)
-        with m.If(self.i.valid):
-            m.d.sync += s1.eq(self.i.payload)
+        s1 = Signal(i_pay.shape(), name="s1", reset_less=True)
+        with m.If(i_valid):
+            m.d.sync += s1.eq(i_pay)
         # What stage 2 decides from a lane alone is worked out here and registered with
         # the word: VCLAMP's three comparisons, and VPOOL's pair (u, v) as a sum less
         # the zero points and as a maximum, so that stage 2 is a selection (VCLAMP) or
         # one adder and one comparison against the accumulator (VPOOL). (In stage 2
         # they were the ULX3S build's worst paths, steps 26 and 31.)
-        pay = self.i.payload
+        pay = i_pay
         lanes_in = [pay.a[j] for j in range(lanes)]
-        zp_in = self.regs.zp_a
+        zp_in = regs.zp_a
         # (Each comparison the sign of a 9-bit subtraction, `below`: the carry chain's
         # last bit is the answer, where `>` left three LUTs after it; 10.71 ns, the
         # worst path of c475267's ULX3S build, docs/fpga.md step 38.)
@@ -601,12 +617,12 @@ class VectorAlu(wiring.Component):
         uvmax = Signal(data.ArrayLayout(signed(8), lanes), name="s1_uvmax", reset_less=True)
         s1_pre = {name: Signal(len(value), name=f"s1_{name}", reset_less=True)
                   for name, value in pre.items()}
-        with m.If(self.i.valid):
+        with m.If(i_valid):
             m.d.sync += [uvz[j].eq(uvz_next[j]) for j in range(lanes)]
             m.d.sync += [uvmax[j].eq(uvmax_next[j]) for j in range(lanes)]
             m.d.sync += [s1_pre[name].eq(value) for name, value in pre.items()]
-        s1_valid = _register(m, self.i.valid, "s1_valid", reset_less=False)
-        s1_regs = _register(m, self.regs, "s1_regs")
+        s1_valid = _register(m, i_valid, "s1_valid", reset_less=False)
+        s1_regs = _register(m, regs, "s1_regs")
         # (The lane multipliers register their operands themselves, from the row's and
         # the word's operand registers, `row` and `opa` ...)
         row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
@@ -668,7 +684,7 @@ class VectorAlu(wiring.Component):
                     ((pay.op == VectorOp.VARGMAX) & pay.column))
         s1_masked = Signal(data.ArrayLayout(signed(8), lanes), name="s1_masked",
                            reset_less=True)
-        with m.If(self.i.valid):
+        with m.If(i_valid):
             for j in range(lanes):
                 ignored = Mux(one_lane, j != pay.lane, pay.last & (j > pay.lane))
                 m.d.sync += s1_masked[j].eq(Mux(ignored, -128, lanes_in[j]))
@@ -846,8 +862,9 @@ class VectorAlu(wiring.Component):
             out.index.eq(Mux(s8_op == VectorOp.VARGMAX, s8_index, 0)),
         ]
 
-        # Every accepted word, reductions included, passes stage 1 and sets `busy`;
-        # a VCMP or VARGMAX word goes through the lane tree to its merge; stages 2..8
-        # carry only words that produce a result.
-        m.d.comb += self.busy.eq(Cat(s1_valid, *in_tree, *valid, *row_valids[:-1]).any())
+        # Every accepted word, reductions included, passes stages 0 and 1 and sets
+        # `busy`; a VCMP or VARGMAX word goes through the lane tree to its merge;
+        # stages 2..8 carry only words that produce a result.
+        m.d.comb += self.busy.eq(Cat(i_valid, s1_valid, *in_tree, *valid,
+                                     *row_valids[:-1]).any())
         return m

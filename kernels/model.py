@@ -50,18 +50,18 @@ op         busy cycles (``extra``)                               unit
 MATMUL     ``k + 4`` (array latency 3; 0 if ``k == 0``)          MAC
 ACC_BIAS   words of bias + 2                                     MAC
 REQUANT    ``R + 7``; per-channel, parameter words + 1 more      vector
-VADD       ``n + 10`` (vector unit latency 9; 0 if ``n == 0``)   vector
-VPOOL      ``n * window + 10`` (0 if ``n == 0``)                 vector
-VCLAMP     ``n + 10`` (0 if ``n == 0``)                          vector
-VCMP       words read + 10                                       vector
-VARGMAX    words read + 10 (``n`` words with ``column``)         vector
+VADD       ``n + 11`` (vector unit latency 10; 0 if ``n == 0``)  vector
+VPOOL      ``n * window + 11`` (0 if ``n == 0``)                 vector
+VCLAMP     ``n + 11`` (0 if ``n == 0``)                          vector
+VCMP       words read + 11                                       vector
+VARGMAX    words read + 11 (``n`` words with ``column``)         vector
 VCFG       0                                                     --
 =========  ====================================================  ========
 
 With fewer vector lanes than bytes in a word (P = ``vector_passes`` > 1) a row or a
 scaled word takes P cycles of the lane multipliers and every vector result comes
-P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 10``, an
-average VPOOL ``(n - 1) * max(window, P) + window + 9 + P``, the other vector
+P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 11``, an
+average VPOOL ``(n - 1) * max(window, P) + window + 10 + P``, the other vector
 operations ``P - 1`` more than above.
 
 MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
@@ -1294,7 +1294,7 @@ class TileModel:
                                   **self._vregs())
             self._write_lanes(self._words(f["out_addr"] + w), out)
             self._saturated(sat)
-            return n * P + 10, "vec_busy", None
+            return n * P + 11, "vec_busy", None
 
         if op == MicroOp.VPOOL:
             window, n = f["window"], f["n"]
@@ -1315,8 +1315,8 @@ class TileModel:
             self._write_lanes(self._words(f["out_addr"] + o[:, 0]), outs)
             self._saturated(sats)
             if f["average"]:
-                return (n - 1) * max(window, P) + window + 9 + P, "vec_busy", None
-            return n * window + 9 + P, "vec_busy", None
+                return (n - 1) * max(window, P) + window + 10 + P, "vec_busy", None
+            return n * window + 10 + P, "vec_busy", None
 
         if op == MicroOp.VCLAMP:
             n = f["n"]
@@ -1326,7 +1326,7 @@ class TileModel:
             out = arith.vclamp(self._read_lanes(self._words(f["in_addr"] + w)),
                                _int8(f["lo"]), _int8(f["hi"]))
             self._write_lanes(self._words(f["out_addr"] + w), out)
-            return n + 9 + P, "vec_busy", None
+            return n + 10 + P, "vec_busy", None
 
         if op == MicroOp.VCMP:
             lane = f["lane"]
@@ -1339,7 +1339,7 @@ class TileModel:
             else:
                 value = int(lanes[lane % wb])
             flag = int(arith.vcmp(value, CmpOp(f["op"]), _int8(f["imm"])))
-            return nwords + 9 + P, "vec_busy", (f["flag"], flag)
+            return nwords + 10 + P, "vec_busy", (f["flag"], flag)
 
         if op == MicroOp.VARGMAX:
             n = f["n"]
@@ -1354,7 +1354,7 @@ class TileModel:
             # cycle, which is when the RTL writes the index register too).
             flag = (f["flag"], int(arith.vargmax_test(result, f["expect"]))) \
                 if f["test"] else None
-            return nwords + 9 + P, "vec_busy", flag
+            return nwords + 10 + P, "vec_busy", flag
 
         if op == MicroOp.VCFG:
             reg = VectorCfg(f["reg"])

@@ -24,6 +24,7 @@ from amaranth.sim import Simulator
 
 from fusetile.hdl.compute import ComputeCommand, ComputeUnit
 from fusetile.hdl.scratchpad import SpadPortSignature
+from fusetile.hdl.vector import VectorAlu
 from fusetile.kernels import arith
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import CmpOp, FaultCause, MicroArgs, MicroOp, VcfgArgs, VectorCfg
@@ -41,6 +42,11 @@ CFG_8x8_2 = TileConfig(rows=8, cols=8, word_bytes=8, spad_banks=4, spad_bank_wor
                        partitions=4, vector_lanes=2)   # 4 passes per row or scaled word
 CFG_4x4_1 = TileConfig(rows=4, cols=4, word_bytes=4, spad_banks=2, spad_bank_words=128,
                        partitions=4, vector_lanes=1)   # the iCEBreaker's vector unit
+#: A vector instruction's cycles after its last word is read (VADD, VCLAMP, VPOOL, VCMP,
+#: VARGMAX; P - 1 more in P passes), and a REQUANT's after its last row is read.
+VEC_END = VectorAlu.LATENCY + 2
+RQ_END = VectorAlu.REQUANT_LATENCY + 1
+
 PART = 1                # the partition the programs run in
 PART_BASE = 24
 PART_LEN = 200          # offsets 200.. of partition 1 fault; words 0..23, 224.. untouched
@@ -664,7 +670,7 @@ def test_directed_and_timing():
         await b.check(ctx, vcfg(VectorCfg.MULT_A, 2**31 - 1))
         await b.check(ctx, vcfg(VectorCfg.SHIFT, 24))
         res = await b.check(ctx, cmd(MicroOp.REQUANT, out_addr=120, out_stride=2))
-        assert res.cycles == R + 8
+        assert res.cycles == R + RQ_END
         assert all(arith.word_to_lanes(b.ref.mem[PART_BASE + 120 + 2 * i], wb)[0] < 0
                    for i in range(R))
 
@@ -688,7 +694,7 @@ def test_directed_and_timing():
                              for j in range(R)])
         res = await b.check(ctx, cmd(MicroOp.REQUANT, out_addr=180, out_stride=1,
                                      per_channel=1, param_addr=170))
-        assert res.cycles == 8 + 3 + R + 8
+        assert res.cycles == 8 + 3 + R + RQ_END
 
         # VADD, VCLAMP (also in place), VPOOL, VCMP, VARGMAX.
         for reg, value in ((VectorCfg.MULT_A, 2**30), (VectorCfg.MULT_B, 3 * 2**28),
@@ -696,18 +702,18 @@ def test_directed_and_timing():
                            (VectorCfg.ZP_OUT, -2), (VectorCfg.LO, -100), (VectorCfg.HI, 90)):
             await b.check(ctx, vcfg(reg, value))
         res = await b.check(ctx, cmd(MicroOp.VADD, a_addr=0, b_addr=31, out_addr=100, n=20))
-        assert res.cycles == 20 + 11 and res.vec_busy == 31
+        assert res.cycles == 20 + VEC_END and res.vec_busy == res.cycles
         assert res.sats > 0
         res = await b.check(ctx, cmd(MicroOp.VCLAMP, in_addr=3, out_addr=120, n=12,
                                      lo=(-10) & 0xFF, hi=20))
-        assert res.cycles == 12 + 11 and res.sats == 0
+        assert res.cycles == 12 + VEC_END and res.sats == 0
         await b.check(ctx, cmd(MicroOp.VCLAMP, in_addr=120, out_addr=120, n=12, lo=0, hi=127))
         for average in (0, 1):
             for pairs in (0, 1):
                 res = await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=2, in_stride=3, in_step=2,
                                              out_addr=140 + 4 * (2 * average + pairs), n=4,
                                              window=3, average=average, pairs=pairs))
-                assert res.cycles == 4 * 3 + 11
+                assert res.cycles == 4 * 3 + VEC_END
         b.set_mem(ctx, 60, tie_words(rng, b.cfg, 20))
         await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=60, in_stride=1, in_step=5,
                                out_addr=165, n=3, window=5))
@@ -721,11 +727,11 @@ def test_directed_and_timing():
                                                      [0, 5, 0x80, 0x7F, 0xFD]),
                                                  flag=rng.randrange(8)))
                     words = lane // wb + 1 if reduce else 1
-                    assert res.cycles == words + 11
+                    assert res.cycles == words + VEC_END
         for n in (1, 2, 7, 8, 9, 16, 33, 160):
             res = await b.check(ctx, cmd(MicroOp.VARGMAX, addr=60 if n < 100 else 0, n=n,
                                          index=n % 4))
-            assert res.cycles == -(-n // wb) + 11
+            assert res.cycles == -(-n // wb) + VEC_END
         # Column mode: n words read; with `test` the flag comes with the index.
         for n, lane in ((1, 0), (2, 7), (7, 3), (20, 0), (20, 5), (160, 6)):
             index = arith.vargmax_column(
@@ -736,7 +742,7 @@ def test_directed_and_timing():
                 res = await b.check(ctx, cmd(MicroOp.VARGMAX, addr=60 if n < 100 else 0,
                                              n=n, index=n % 4, column=1, lane=lane,
                                              test=test, flag=flag, expect=expect))
-                assert res.cycles == n + 11
+                assert res.cycles == n + VEC_END
                 assert res.indexes == [(n % 4, index)]
                 assert res.flags == ([(flag, int(expect == index))] if test else [])
         # Packed mode with `test`.
@@ -744,7 +750,7 @@ def test_directed_and_timing():
                                      expect=arith.vargmax(np.concatenate(
                                          [arith.word_to_lanes(b.ref.mem[PART_BASE + 60 + w], wb)
                                           for w in range(3)])[:20])))
-        assert res.cycles == 3 + 11 and res.flags == [(6, 1)]
+        assert res.cycles == 3 + VEC_END and res.flags == [(6, 1)]
         # VCFG: truncation and sign extension.
         await b.check(ctx, vcfg(VectorCfg.SHIFT, 0x123))
         await b.check(ctx, vcfg(VectorCfg.ZP_OUT, 0x1F0))
@@ -752,7 +758,7 @@ def test_directed_and_timing():
         assert (regs.shift, regs.zp_out, regs.lo, regs.hi) == (3, -16, -100, 90)
         # In place, a and b the same words: b stalls on every word (same bank).
         res = await b.check(ctx, cmd(MicroOp.VADD, a_addr=7, b_addr=7, out_addr=7, n=9))
-        assert res.cycles == 2 * 9 + 11 and res.stalls == 9
+        assert res.cycles == 2 * 9 + VEC_END and res.stalls == 9
 
     b.run(bench)
 
@@ -770,23 +776,23 @@ def test_timing_in_passes():
                            (VectorCfg.SHIFT, 3), (VectorCfg.ZP_A, -3), (VectorCfg.ZP_B, 7)):
             await b.check(ctx, vcfg(reg, value))
         res = await b.check(ctx, cmd(MicroOp.REQUANT, out_addr=120, out_stride=2))
-        assert res.cycles == R * P + 8
+        assert res.cycles == R * P + RQ_END
         res = await b.check(ctx, cmd(MicroOp.VADD, a_addr=0, b_addr=31, out_addr=100, n=20))
-        assert res.cycles == 20 * P + 11 and res.vec_busy == res.cycles
+        assert res.cycles == 20 * P + VEC_END and res.vec_busy == res.cycles
         res = await b.check(ctx, cmd(MicroOp.VCLAMP, in_addr=3, out_addr=120, n=12,
                                      lo=(-10) & 0xFF, hi=20))
-        assert res.cycles == 12 + 10 + P
+        assert res.cycles == 12 + VEC_END + P - 1
         for window in (1, 3, 4, 6):
             for average in (0, 1):
                 res = await b.check(ctx, cmd(MicroOp.VPOOL, in_addr=2, in_stride=3,
                                              in_step=2, out_addr=140, n=5, window=window,
                                              average=average, pairs=window % 2))
                 if average:
-                    assert res.cycles == 4 * max(window, P) + window + 10 + P
+                    assert res.cycles == 4 * max(window, P) + window + VEC_END + P - 1
                 else:
-                    assert res.cycles == 5 * window + 10 + P
+                    assert res.cycles == 5 * window + VEC_END + P - 1
         res = await b.check(ctx, cmd(MicroOp.VARGMAX, addr=60, n=20, index=1))
-        assert res.cycles == 3 + 10 + P
+        assert res.cycles == 3 + VEC_END + P - 1
 
     b.run(bench)
 

@@ -289,13 +289,13 @@ def test_vargmax_column_and_test():
     assert m.index[1:] == [2, 2, 0] and m.flags[3:5] == [0, 0]
     assert m.flags[6] == 1, "flags the program does not write keep their values"
 
-    # A column reads n words: n + 10 cycles of the vector unit, like packed mode's
-    # ceil(n / W) + 10.
+    # A column reads n words: n + 11 cycles of the vector unit, like packed mode's
+    # ceil(n / W) + 11.
     m, fault = run_kernel([vargmax(addr=0, n=5, index=0, lane=2, flag=1, expect=0)], spad=spad)
-    assert fault is None and m.counters["vec_busy"] == 5 + 10
+    assert fault is None and m.counters["vec_busy"] == 5 + 11
     assert m.index[0] == 4 and m.flags[1] == 0
     m, fault = run_kernel([vargmax(addr=0, n=17, index=0)], spad=spad)
-    assert m.counters["vec_busy"] == 3 + 10
+    assert m.counters["vec_busy"] == 3 + 11
 
 
 def test_vargmax_column_partition_fault():

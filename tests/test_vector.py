@@ -565,7 +565,7 @@ def test_alu_vargmax_column_directed(word_bytes):
 
 def test_rows_and_words_share_the_multipliers():
     """REQUANT rows and vector words as close together as ``requant`` allows (a row
-    needs it high in the cycle it is presented, a scaled word low the cycle after; the
+    needs it high in the cycle it is presented, a scaled word low two cycles after; the
     two ports may even take an item in the same cycle), ``requant`` random
     whenever nothing needs the multipliers: every result exact, in its cycle."""
     lanes = 8
@@ -583,7 +583,7 @@ def test_rows_and_words_share_the_multipliers():
         else:
             make = rng.choice([op_vadd, op_vadd, op_vclamp])
             [payload], want, regs = make(rng, lanes, random_regs(rng))
-            mode = (1, 0) if payload["op"] == VectorOp.VADD else None
+            mode = (2, 0) if payload["op"] == VectorOp.VADD else None
         at = max(at, cursor[kind])
         while mode is not None and need.get(at + mode[0], mode[1]) != mode[1]:
             at += 1
