@@ -74,7 +74,8 @@ class CocotbTransport(Transport):
         :exc:`TransportError`.
     timeout : float
         Seconds to wait for an answer from the simulator (``wait_cycles(n)`` gets
-        ``n / 1000`` s more) before it is killed and the call fails.
+        ``n / 1000`` s more, a burst of ``n`` words ``BURST_WORD_CYCLES * n / 1000``)
+        before it is killed and the call fails.
     start_timeout : float
         Seconds the simulator may take to start and connect.
 
@@ -94,6 +95,11 @@ class CocotbTransport(Transport):
     """
 
     sim = None
+    #: Bus cycles a burst's word may take, for its time allowance (at a millisecond a
+    #: cycle, as ``wait_cycles``). A word of GMEM takes 3 (its host read registered):
+    #: at a millisecond a word, a 64 KiB read ran out of time in Icarus (1.5 to 1.7 ms
+    #: a word alone) with the machine's two cores shared four ways.
+    BURST_WORD_CYCLES = 4
 
     def __init__(self, config=None, *, top=None, build_root=None, waves=False,
                  bus_timeout=256, timeout=60.0, start_timeout=120.0):
@@ -216,11 +222,12 @@ class CocotbTransport(Transport):
 
     def _read_burst(self, addr, count, increment):
         return self._request(OP_READ, addr, count, increment,
-                             extra_time=count / 1000)
+                             extra_time=self.BURST_WORD_CYCLES * count / 1000)
 
     def _write_burst(self, addr, values, increment):
         self._request(OP_WRITE, addr, len(values), increment,
-                      payload=words_to_bytes(values), extra_time=len(values) / 1000)
+                      payload=words_to_bytes(values),
+                      extra_time=self.BURST_WORD_CYCLES * len(values) / 1000)
 
     def wait_cycles(self, n):
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
