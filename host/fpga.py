@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -437,6 +438,12 @@ class TimeLimitExceeded(FpgaError):
     """A build ran over its time limit and was stopped."""
 
 
+#: Amaranth's ``BuildPlan.extract`` changes the process's working directory while it
+#: writes a plan's files: placements built at once (``--seeds N -j N``) take turns, or
+#: one's files land in another's directory (and the working directory is lost).
+_EXTRACTING = threading.Lock()
+
+
 def _execute(plan, build_dir, env, device, family, time_limit=None, running=None):
     """Run an Amaranth build plan in ``build_dir`` (Yosys, nextpnr, the packer), for at
     most ``time_limit`` seconds.
@@ -447,7 +454,8 @@ def _execute(plan, build_dir, env, device, family, time_limit=None, running=None
     time limit, and stopping the shell alone would leave nextpnr running). While it
     runs, the script's process is in the set ``running``, for the caller to stop.
     """
-    root = plan.extract(build_dir)
+    with _EXTRACTING:
+        root = plan.extract(build_dir)
     script = subprocess.Popen(["sh", f"{plan.script}.sh"], cwd=root,
                               env={**os.environ, **env}, start_new_session=True)
     running = set() if running is None else running
@@ -464,7 +472,7 @@ def _execute(plan, build_dir, env, device, family, time_limit=None, running=None
     finally:
         running.discard(script)
     if code != 0:
-        over = _overused(Path(build_dir) / "fusetile.tim")
+        over = _overused(root / "fusetile.tim")     # (absolute: see _EXTRACTING)
         if over:
             raise FpgaError(f"the design does not fit the {device}: "
                             + ", ".join(over) + f" (nextpnr's log: {build_dir}/fusetile.tim)")

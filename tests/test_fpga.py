@@ -8,6 +8,7 @@ test-fpga``): they build both bitstreams and hold the figures of ``docs/fpga.md`
 what the issue asks (the ULX3S closing timing at 100 MHz, the iCEBreaker fitting).
 """
 
+import concurrent.futures
 import importlib
 import json
 import re
@@ -742,6 +743,30 @@ def test_a_build_over_its_time_limit_is_stopped_whole(tmp_path):
     plan.add_file("build_fusetile.sh", "exit 3\n")
     with pytest.raises(fpga.FpgaError, match="toolchain failed \\(exit 3\\)"):
         fpga._execute(plan, tmp_path / "failing", {}, "LFE5U-85F", "ecp5")
+
+
+def test_placements_built_at_once_keep_their_own_files(tmp_path, monkeypatch):
+    """`--seeds N -j N` extracts N build plans from N threads at once, and Amaranth's
+    extraction changes the process's working directory while it writes: each build
+    still gets all its own files and runs its script in its own directory, and the
+    working directory is left as it was. (A relative build directory, as
+    `--out build/fpga/x` gives.)"""
+    monkeypatch.chdir(tmp_path)
+    plans = {}
+    for s in range(4):
+        plan = BuildPlan(script="build_fusetile")
+        for i in range(300):
+            plan.add_file(f"part{i}.txt", f"{s}\n")
+        plan.add_file("build_fusetile.sh", "ls part*.txt | wc -l > count.txt\n"
+                                           "sort -u part*.txt > seen.txt\n")
+        plans[s] = plan
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda s: fpga._execute(plans[s], Path("out") / f"seed-{s}", {},
+                                              "LFE5U-85F", "ecp5"), plans))
+    assert Path.cwd() == tmp_path
+    for s in plans:
+        assert (tmp_path / "out" / f"seed-{s}" / "count.txt").read_text().strip() == "300"
+        assert (tmp_path / "out" / f"seed-{s}" / "seen.txt").read_text() == f"{s}\n"
 
 
 def test_cli_build_errors_are_one_line(capsys, monkeypatch):
