@@ -41,7 +41,7 @@ from .scratchpad import SpadPortSignature, point as spad_point, registered_word
 from .vector import VectorAlu, VectorOp, VectorRegs
 
 
-__all__ = ["ComputeCommand", "vcmp_word", "ComputeUnit"]
+__all__ = ["ComputeCommand", "vcmp_word", "vector_steps", "ComputeUnit"]
 
 
 class ComputeCommand(data.Struct):
@@ -55,6 +55,10 @@ class ComputeCommand(data.Struct):
     #: has no adder in front of its partition test: the adder, the lane's word and the
     #: test there were the worst path of step 36's best ULX3S build (docs/fpga.md).
     vcmp_word: 17
+    #: VCMP and VARGMAX: the words they read (:func:`vector_steps`), likewise worked out
+    #: by the issuer: the shift and adder in front of the unit's step count (`total`)
+    #: were 10.08 ns of e0f2cb7's routed paths (docs/fpga.md, step 42).
+    steps: 16
 
 
 def vcmp_word(args, word_bytes):
@@ -62,6 +66,18 @@ def vcmp_word(args, word_bytes):
     :attr:`ComputeCommand.vcmp_word`."""
     lane_bits = (word_bytes - 1).bit_length()       # word_bytes is a power of two
     return args.addr + Mux(args.reduce, 0, args.lane >> lane_bits)
+
+
+def vector_steps(op, args, word_bytes):
+    """The words VCMP or VARGMAX (``op``) with ``args`` (a :class:`MicroArgs` view)
+    reads, for :attr:`ComputeCommand.steps`: VCMP's one word, or with ``reduce`` the
+    words up to its lane's; VARGMAX's ``n`` words of a column, or the words ``n``
+    lanes take."""
+    lane_bits = (word_bytes - 1).bit_length()
+    vcmp, vargmax = args.vcmp, args.vargmax
+    return Mux(op == MicroOp.VCMP,
+               Mux(vcmp.reduce, (vcmp.lane >> lane_bits) + 1, 1),
+               Mux(vargmax.column, vargmax.n, ((vargmax.n - 1) >> lane_bits) + 1))
 
 
 class _Step(data.Struct):
@@ -295,7 +311,6 @@ class ComputeUnit(wiring.Component):
         cfg = self._config
         R, C, wb = cfg.rows, cfg.cols, cfg.word_bytes
         word_bits = cfg.word_bits
-        lane_bits = (wb - 1).bit_length()       # word_bytes is a power of two
         m = Module()
 
         m.submodules.mac = mac = MacArray(cfg)
@@ -326,8 +341,13 @@ class ComputeUnit(wiring.Component):
         ptr_b = Signal(_ADDR_BITS)
         step_a = Signal(16)
         step_b = Signal(16)
-        base_a = Signal(_ADDR_BITS)   # unit-stride streams start here (a restart, the
-        base_b = Signal(_ADDR_BITS)   # REQUANT rows after the table)
+        # Where a unit-stride stream restarts (after a stalled write, and REQUANT's
+        # rows after its table): its word for the first output not yet written, the
+        # stream's start plus `w_count`, kept in step with `w_count` rather than added
+        # at the restart (the adder and the partition test after it, into `a_out`,
+        # were 10.03 ns of e0f2cb7's routed paths; docs/fpga.md step 42).
+        base_a = Signal(_ADDR_BITS)
+        base_b = Signal(_ADDR_BITS)
         row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
         # The room a step leaves in the partition, `limit - step`, set with the step
         # when the command is accepted (the limit holds still under a command): a
@@ -632,6 +652,8 @@ class ComputeUnit(wiring.Component):
                 *point(w_addr, w_out, w_addr + w_stride),
                 w_count.eq(w_count + 1),
                 w_row.eq(w_row + vpool.in_step),
+                base_a.eq(base_a + 1),
+                base_b.eq(base_b + 1),
             ]
 
         # Flag and index registers: a VARGMAX with `test` writes both in one cycle.
@@ -683,8 +705,8 @@ class ComputeUnit(wiring.Component):
             m.d.sync += [
                 idx.eq(w_count),
                 more.eq(w_count != total),
-                *point(ptr_a, a_out, Mux(is_op[MicroOp.VPOOL], w_row, base_a + w_count)),
-                *point(ptr_b, b_out, base_b + w_count),
+                *point(ptr_a, a_out, Mux(is_op[MicroOp.VPOOL], w_row, base_a)),
+                *point(ptr_b, b_out, base_b),
                 win_t.eq(0),
                 row_addr.eq(w_row),
                 rfault.eq(0),
@@ -793,14 +815,14 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.VCMP):
                     m.d.sync += [
                         running.eq(1),
-                        total.eq(Mux(pa.vcmp.reduce, (pa.vcmp.lane >> lane_bits) + 1, 1)),
+                        total.eq(p.steps),
                         *start_at(base_a, ptr_a, a_out, p.vcmp_word),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
                     m.d.sync += [
                         running.eq(va.n != 0),
-                        total.eq(Mux(va.column, va.n, ((va.n - 1) >> lane_bits) + 1)),
+                        total.eq(p.steps),
                         *start_at(base_a, ptr_a, a_out, va.addr),
                     ]
                 with m.Case(MicroOp.VCFG):

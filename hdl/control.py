@@ -10,7 +10,7 @@ from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, Faul
     TraceRecord, FLAGS, INDEX_REGS
 from .dma_queue import QueuedDmaCommand
 from .compare import at_least
-from .compute import ComputeCommand, vcmp_word
+from .compute import ComputeCommand, vcmp_word, vector_steps
 from .operands import OperandCheck
 from .stores import MicroClass
 
@@ -659,7 +659,9 @@ class ControlUnit(wiring.Component):
         with m.If(~cmd_valid):
             m.d.sync += [cmd_payload.op.eq(micro.op), cmd_payload.args.eq(micro.args),
                          cmd_payload.part.eq(part),
-                         cmd_payload.vcmp_word.eq(vcmp_word(micro.args.vcmp, cfg.word_bytes))]
+                         cmd_payload.vcmp_word.eq(vcmp_word(micro.args.vcmp, cfg.word_bytes)),
+                         cmd_payload.steps.eq(vector_steps(micro.op, micro.args,
+                                                           cfg.word_bytes))]
         with m.If(cmd_taken):
             m.d.sync += cmd_valid.eq(0)
         with m.If(issue_compute):

@@ -346,15 +346,19 @@ class Cmd:
 
     def raw(self, word_bytes):
         """The command as the bits of a ComputeCommand, for words of ``word_bytes``
-        (VCMP's first word, which the issuer works out)."""
+        (VCMP's first word and VCMP's and VARGMAX's words read, which the issuer works
+        out)."""
         layout = ComputeCommand.as_shape()
-        vcmp_word = 0
+        vcmp_word = steps = 0
+        f = self.fields
         if self.op == MicroOp.VCMP:
-            f = self.fields
             vcmp_word = f["addr"] + (0 if f["reduce"] else f["lane"] // word_bytes)
+            steps = f["lane"] // word_bytes + 1 if f["reduce"] else 1
+        if self.op == MicroOp.VARGMAX:
+            steps = f["n"] if f["column"] else -(-f["n"] // word_bytes)
         return (int(getattr(self.op, "value", self.op)) << layout["op"].offset |
                 self.args_bits << layout["args"].offset | self.part << layout["part"].offset |
-                vcmp_word << layout["vcmp_word"].offset)
+                vcmp_word << layout["vcmp_word"].offset | steps << layout["steps"].offset)
 
 
 def cmd(opcode, /, part=PART, **fields):
