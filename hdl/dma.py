@@ -10,16 +10,18 @@ is written, no word after it is.
 
 The scratchpad port may *stall* (a unit of higher priority uses the bank). A stalled
 access is presented *again* in the next cycle, from registers that kept it: the offset
-on the port, and for a load the word (``held``). The issue stage does not wait for the
-stall: in the cycle of a stall it goes on to the next word, and it waits in the cycle
-of the replay instead, a decision from a register. A load's next word, read from GMEM
-in the cycle of the stall, is lost while the replay is written, so the replay's cycle
-reads it again (``prev_*``: the last word the issue stage left). The GMEM writes of a
-store's words read before a stall still complete. A stall costs one cycle and no word,
-and decides only the port's registers (its offset, the write stage's valid bits and
-the replay's), not the address registers: from the compute unit's read request
-through the scratchpad's arbitration into the enables of every address register was
-the ULX3S build's most common late path (step 36, docs/fpga.md).
+on the port, and for a load the word, which the scratchpad keeps (the port's
+``repeat``: the word goes from GMEM's block RAM straight onto the port). The issue
+stage does not wait for the stall: in the cycle of a stall it goes on to the next
+word, and it waits in the cycle of the replay instead, a decision from a register. A
+load's next word, read from GMEM in the cycle of the stall, is lost while the replay
+is written, so the replay's cycle reads it again (``prev_*``: the last word the issue
+stage left). The GMEM writes of a store's words read before a stall still complete. A
+stall costs one cycle and no word, and decides only the port's registers (its offset,
+the write stage's valid bits and the replay's), not the address registers: from the
+compute unit's read request through the scratchpad's arbitration into the enables of
+every address register was the ULX3S build's most common late path (step 36,
+docs/fpga.md).
 
 The engine makes the scratchpad's partition test itself, as it sets an address: the
 offset against the open partition's ``limit``, registered with the offset. It presents
@@ -189,7 +191,7 @@ class Dma(wiring.Component):
         m.d.sync += limit_less_1.eq(self.limit - 1)
 
         # Write stage: the word read by the issue stage in the previous cycle, or (a
-        # load whose scratchpad write stalled) the copy of it kept in `held`.
+        # load whose scratchpad write stalled, `again`) the one the scratchpad kept.
         wvalid = Signal()
         w_gaddr = Signal(_ADDR_BITS)
         # The offset on the scratchpad port, a register of its own: the write stage's
@@ -198,9 +200,8 @@ class Dma(wiring.Component):
         # a stall it keeps the stalled access's offset while the issue stage goes on.
         port_offset = Signal(_ADDR_BITS)
         w_spad_oob = Signal()
-        held = Signal(cfg.word_bits, reset_less=True)
-        # The access on the port this cycle is one that stalled in the last: a load's
-        # word comes from `held`, and the issue stage waits while it is replayed.
+        # The access on the port this cycle is one that stalled in the last: a load
+        # repeats its write, and the issue stage waits while it is replayed.
         again = Signal()
         # The last word the issue stage left (its GMEM address, scratchpad offset and
         # partition test). `reread`: a load's word read in a stall's cycle, which the
@@ -319,11 +320,10 @@ class Dma(wiring.Component):
             # Load. Write stage first: it holds the earlier word, so its fault wins.
             write_fault = Signal()
             write_stall = Signal()
-            word = Signal(cfg.word_bits)
             m.d.comb += [
-                word.eq(Mux(again, held, self.gmem.rdata)),
                 self.spad.we.eq(1),
-                self.spad.wdata.eq(word),
+                self.spad.wdata.eq(self.gmem.rdata),
+                self.spad.repeat.eq(again),
             ]
             with m.If(wvalid):
                 m.d.comb += [
@@ -332,11 +332,7 @@ class Dma(wiring.Component):
                     write_stall.eq(self.spad.stall),
                     self.word_in.eq(~write_fault & ~write_stall),
                 ]
-            # `held` takes the word every cycle: it is used only the cycle after a
-            # stalled write (`again`), and an enable from the stall put the
-            # scratchpad's arbitration behind GMEM's block RAM read in one path (the
-            # ULX3S build's worst, step 32).
-            m.d.sync += [wvalid.eq(0), again.eq(0), reread.eq(0), held.eq(word)]
+            m.d.sync += [wvalid.eq(0), again.eq(0), reread.eq(0)]
             # The read does not wait for the write stage: GMEM's read port (and the
             # host's reads behind it) no longer waits for the scratchpad's arbitration
             # (the ULX3S build's worst paths ran from there into GMEM's read address).

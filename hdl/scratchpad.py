@@ -103,6 +103,13 @@ class SpadPortSignature(wiring.Signature):
     we : Out(1)
         The access is a write of ``wdata`` (else a read).
     wdata : Out(word_bits)
+    repeat : Out(1)
+        The access is a write that stalled in the last cycle, presented again: its
+        data is the ``wdata`` of that cycle (this cycle's is not used). A port whose
+        write data comes straight from a block RAM (the DMA engine's, from GMEM)
+        needs no register and selection of its own for the word that stalled: the
+        selection after GMEM's block RAM was 10.19 ns of e0f2cb7's routed paths
+        (docs/fpga.md, step 42).
     rdata : In(word_bits)
         Word read; valid the cycle after a performed read (not held afterwards).
     rdata_parts : In(ArrayLayout(word_bits, ceil(spad_banks / 2)))
@@ -137,6 +144,7 @@ class SpadPortSignature(wiring.Signature):
             "en":     Out(1),
             "we":     Out(1),
             "wdata":  Out(config.word_bits),
+            "repeat": Out(1),
             "rdata":  In(config.word_bits),
             "rdata_parts": In(data.ArrayLayout(config.word_bits, spad_read_parts(config))),
             "fault":  In(1),
@@ -371,14 +379,18 @@ class Scratchpad(wiring.Component):
         # through the units' requests, the partition test and the grants (6c60865's
         # routed worst path ended at a bank's write enable). Every port's word and row
         # are registered each cycle, granted or not, and each bank registers which
-        # port it writes for: the wide registers load without an enable, which from
-        # the grants was the ULX3S build's second worst path (13.9 ns, step 31).
+        # port it writes for: the wide registers load without an enable from the
+        # grants, which was the ULX3S build's second worst path (13.9 ns, step 31).
+        # A port's word holds while it repeats a stalled write (`repeat`, a register
+        # of the unit's).
         for req in reqs:
             req.posted_row = Signal.like(req.row, name=f"{req.name}_posted_row",
                                          reset_less=True)
             req.posted_data = Signal.like(req.port.wdata, name=f"{req.name}_posted_data",
                                           reset_less=True)
-            m.d.sync += [req.posted_row.eq(req.row), req.posted_data.eq(req.port.wdata)]
+            m.d.sync += req.posted_row.eq(req.row)
+            with m.If(~req.port.repeat):
+                m.d.sync += req.posted_data.eq(req.port.wdata)
         posted_rows = Array(req.posted_row for req in reqs)
         posted_data = Array(req.posted_data for req in reqs)
         reads, writes = [], []
