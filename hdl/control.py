@@ -1,7 +1,7 @@
 """The control unit: runs a plan from the active plan bank and, for each CALL, the
 kernel in a slot, micro-instruction by micro-instruction."""
 
-from amaranth.hdl import Array, Cat, Module, Signal, Mux
+from amaranth.hdl import Array, Module, Signal, Mux
 from amaranth.lib import wiring, data, enum, stream
 from amaranth.lib.wiring import In, Out
 

@@ -423,15 +423,19 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "leds": [name for name, _ in LED_MEANINGS[:board.leds]],
         "build_seconds": round(seconds, 1),
         "seed": best,
-        "seeds": [{"seed": s,
-                   "fmax_mhz": reports[s]["fmax_mhz"] if finished[s] else None,
-                   "late_endpoints": ((reports[s]["late"] or {}).get("endpoints")
-                                      if finished[s] else None),
-                   "stopped": not finished[s],
-                   "build_dir": str(directories[s])} for s in tried],
+        "seeds": [_seed_entry(s, reports.get(s), directories[s]) for s in tried],
         "bitstream": str(bitstream),
         "sdf": str(best_dir / "routed.sdf") if sdf else None,
     }
+
+
+def _seed_entry(seed, report, directory):
+    """A placement's line in the build's ``seeds``: ``report`` is None if it was stopped."""
+    return {"seed": seed,
+            "fmax_mhz": report["fmax_mhz"] if report else None,
+            "late_endpoints": (report["late"] or {}).get("endpoints") if report else None,
+            "stopped": report is None,
+            "build_dir": str(directory)}
 
 
 class TimeLimitExceeded(FpgaError):
