@@ -104,8 +104,8 @@ class SpadPortSignature(wiring.Signature):
         The access is a write of ``wdata`` (else a read).
     wdata : Out(word_bits)
     repeat : Out(1)
-        The access is a write that stalled in the last cycle, presented again: its
-        data is the ``wdata`` of that cycle (this cycle's is not used). A port whose
+        The access is a write presented again after it stalled: its data is the
+        ``wdata`` of its first presentation (this cycle's is not used). A port whose
         write data comes straight from a block RAM (the DMA engine's, from GMEM)
         needs no register and selection of its own for the word that stalled: the
         selection after GMEM's block RAM was 10.19 ns of e0f2cb7's routed paths
