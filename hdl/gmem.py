@@ -104,15 +104,14 @@ class GlobalMemory(wiring.Component):
     * ``"dual"``: two read-write ports, one for the host and one for the DMA engine
       (what the simulators build; Yosys maps no such memory to block RAM, see
       ``docs/fpga.md``). Every host write is answered one cycle after ``stb`` is
-      seen, a read three (its word registered, then its lane). If the host and the
-      DMA engine write the same word in the same cycle, which write wins is
-      undefined.
+      seen, a read two (its word registered). If the host and the DMA engine write
+      the same word in the same cycle, which write wins is undefined.
     * ``"shared"``: one read port and one write port, for block RAMs that have no
       more (the ECP5 board top's choice). Writes are *posted*: they reach the
       memory at the end of the cycle after the write (a read in that cycle returns
       the old word). The DMA engine has the ports first: a host access waits while
       the DMA engine reads or writes and while a posted write lands, and is answered
-      one cycle after the cycle it gets the ports (a read three). So the host never
+      one cycle after the cycle it gets the ports (a read two). So the host never
       takes a word read in the cycle it is written (the read port reads every cycle,
       and only the words of cycles with no write are taken), nor does the DMA engine
       (a load starts two cycles after a store's last write at the earliest), except
@@ -124,7 +123,7 @@ class GlobalMemory(wiring.Component):
     * ``"single"``: one port (:class:`~fusetile.hdl.single_port_ram.SinglePortRam`:
       the iCE40UP's SPRAM, 128 KiB). A host access waits while the DMA engine reads
       or writes, and is answered one cycle after the cycle it gets the port (a read
-      three).
+      two).
 
     Parameters
     ----------
@@ -176,15 +175,9 @@ class GlobalMemory(wiring.Component):
         answered = bus.ack | bus.err
         # A host read's word is registered before it is answered: from the block RAM
         # through the lane selection and the bus's multiplexers into the bridge's
-        # buffer was one of the ULX3S build's worst paths (step 32). It is registered
-        # whole, with no enable, as it comes out of the block RAM, and its lane is
-        # selected into `dat_r` in the next cycle: the block RAMs are spread over the
-        # device, and the selection between them and the register was 10.05 ns of
-        # e0f2cb7's routed paths (docs/fpga.md, step 42).
+        # buffer was one of the ULX3S build's worst paths (step 32).
         reading = Signal()      # the read's word comes out of the memory this cycle
-        selecting = Signal()    # ... and is in `read_word` this cycle
-        read_word = Signal(cfg.word_bits, reset_less=True)
-        access = bus.cyc & bus.stb & ~answered & ~reading & ~selecting
+        access = bus.cyc & bus.stb & ~answered & ~reading
         in_range = bus.adr < cfg.gmem_bytes // 4
         # With 32-bit words (k == 1) the lane index is an empty slice: every
         # expression below still holds.
@@ -258,18 +251,16 @@ class GlobalMemory(wiring.Component):
             host_rdata = host_r.data
 
         m.d.sync += [
-            bus.ack.eq(go & bus.we | selecting),
+            bus.ack.eq(go & bus.we | reading),
             bus.err.eq(access & ~in_range),
             reading.eq(go & ~bus.we),
-            selecting.eq(reading),
-            read_word.eq(host_rdata),
         ]
         read_lane = Signal(max(lane_bits, 1))
         with m.If(access):
             m.d.sync += read_lane.eq(lane)
-        with m.If(selecting):
+        with m.If(reading):
             if k == 1:
-                m.d.sync += bus.dat_r.eq(read_word)
+                m.d.sync += bus.dat_r.eq(host_rdata)
             else:
-                m.d.sync += bus.dat_r.eq(read_word.word_select(read_lane, 32))
+                m.d.sync += bus.dat_r.eq(host_rdata.word_select(read_lane, 32))
         return m

@@ -96,11 +96,10 @@ class CocotbTransport(Transport):
 
     sim = None
     #: Bus cycles a burst's word may take, for its time allowance (at a millisecond a
-    #: cycle, as ``wait_cycles``). A word of GMEM takes 4 (its host read registered,
-    #: then its lane selected): at a millisecond a word, a 64 KiB read ran out of time
-    #: in Icarus (1.5 to 1.7 ms a word alone, with 3 cycles a word) with the machine's
-    #: two cores shared four ways.
-    BURST_WORD_CYCLES = 6
+    #: cycle, as ``wait_cycles``). A word of GMEM takes 3 (its host read registered):
+    #: at a millisecond a word, a 64 KiB read ran out of time in Icarus (1.5 to 1.7 ms
+    #: a word alone) with the machine's two cores shared four ways.
+    BURST_WORD_CYCLES = 4
 
     def __init__(self, config=None, *, top=None, build_root=None, waves=False,
                  bus_timeout=256, timeout=60.0, start_timeout=120.0):
