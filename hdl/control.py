@@ -1,7 +1,10 @@
 """The control unit: runs a plan from the active plan bank and, for each CALL, the
 kernel in a slot, micro-instruction by micro-instruction."""
 
-from amaranth.hdl import Array, Module, Signal, Mux
+import operator
+from functools import reduce
+
+from amaranth.hdl import Array, Module, Signal, Mux, Value
 from amaranth.lib import wiring, data, enum, stream
 from amaranth.lib.wiring import In, Out
 
@@ -16,6 +19,14 @@ from .stores import MicroClass
 
 
 __all__ = ["ControlUnit", "ControlEvents"]
+
+
+def _one_of(choices):
+    """The value of the one ``(select, value)`` of ``choices`` whose select is high, 0
+    if none: an AND-OR, for selects that exclude one another, where a priority
+    selection (``m.If`` after ``m.If``) puts each select in front of the later ones."""
+    return reduce(operator.or_, (Mux(select, Value.cast(value), 0)
+                                 for select, value in choices))
 
 
 class _State(enum.Enum):
@@ -318,14 +329,31 @@ class ControlUnit(wiring.Component):
             m.d.sync += self.index[self.index_sel].eq(self.index_value)
 
         # -- fault entry ------------------------------------------------------------
+        # A fault is decided (`fault`) apart from what it records (its cause, an
+        # address, a partition). Each sequencer fault is raised in a state of its own
+        # (`where`, from registers), so its record is chosen by the state alone, in an
+        # AND-OR (`recorded`, below), not by the decisions that raise the faults: when
+        # each raise chose its own record, in a priority chain, those decisions were in
+        # front of the fault address (10.27 ns of e0f2cb7's routed build; docs/fpga.md,
+        # step 43). The units' faults, the watchdog and the host's abort win over the
+        # sequencers' (`raise_overriding_fault`).
         fault = Signal()
-        fault_cause = Signal(FaultCause)
-        fault_addr = Signal(32)
-        fault_part = Signal(4)
+        sequencer_records = []
+        overriding = Signal()
+        overriding_cause = Signal(FaultCause)
+        overriding_addr = Signal(32)
+        overriding_part = Signal(4)
 
-        def raise_fault(cause, addr=0, part_=0):
-            m.d.comb += [fault.eq(1), fault_cause.eq(cause), fault_addr.eq(addr),
-                         fault_part.eq(part_)]
+        def raise_fault(where, cause, addr=0, part_=0):
+            """A sequencer's fault, raised in the cycles ``where`` is high (no two
+            sequencer faults share one)."""
+            m.d.comb += fault.eq(1)
+            sequencer_records.append(dict(where=where, cause=cause, addr=addr, part=part_))
+
+        def raise_overriding_fault(cause, addr=0, part_=0):
+            """A fault that wins over the sequencers' and over those raised before it."""
+            m.d.comb += [fault.eq(1), overriding.eq(1), overriding_cause.eq(cause),
+                         overriding_addr.eq(addr), overriding_part.eq(part_)]
 
         # -- swap: an idle tile takes it at once, a running one at DONE ---------------
         # A swap is due at those points, and taken unless the cycle is abandoned (a
@@ -719,7 +747,7 @@ class ControlUnit(wiring.Component):
         with m.If(at(_State.PLAN_FETCH)):
             m.d.sync += plan_ir.eq(self.plan_rd_data)
             with m.If(plan_pc_outside):
-                raise_fault(FaultCause.PLAN_RANGE, self.plan_pc)
+                raise_fault(at(_State.PLAN_FETCH), FaultCause.PLAN_RANGE, self.plan_pc)
             with m.Else():
                 m.d.sync += state.eq(_State.PLAN_DECODE.code)
 
@@ -737,7 +765,7 @@ class ControlUnit(wiring.Component):
             with m.If(marks & ~illegal_plan):
                 m.d.sync += self.mark.eq(plan.a)
             with m.If(plan_bad):
-                raise_fault(plan_bad_cause, plan_bad_addr)
+                raise_fault(at(_State.PLAN_EXEC), plan_bad_cause, plan_bad_addr)
             with m.Elif(commit_misses):
                 m.d.comb += miss.eq(1)
             with m.Else():
@@ -792,7 +820,7 @@ class ControlUnit(wiring.Component):
         with m.If(at(_State.MICRO_FETCH)):
             m.d.sync += [micro_ir.eq(self.kern_rd_data), exec_class.eq(self.kern_rd_class)]
             with m.If(micro_pc_outside):
-                raise_fault(FaultCause.SLOT_RANGE, self.micro_pc)
+                raise_fault(at(_State.MICRO_FETCH), FaultCause.SLOT_RANGE, self.micro_pc)
             with m.Else():
                 m.d.sync += state.eq(_State.MICRO_EXEC.code)
 
@@ -832,7 +860,8 @@ class ControlUnit(wiring.Component):
         # `armed` is set only under a compute instruction's class and cleared outside
         # MICRO_EXEC, so the fault needs neither the class nor `checked`.
         with m.If(at(_State.MICRO_EXEC) & armed & ~compute_pending):
-            raise_fault(Mux(check_illegal, FaultCause.ILLEGAL_MICRO, FaultCause.PARTITION),
+            raise_fault(at(_State.MICRO_EXEC) & armed,
+                        Mux(check_illegal, FaultCause.ILLEGAL_MICRO, FaultCause.PARTITION),
                         Mux(check_illegal, micro_ir[:32], outside_end),
                         Mux(check_illegal, 0, part))
         with m.If(executing.wait):
@@ -860,7 +889,7 @@ class ControlUnit(wiring.Component):
                 ]
                 plan_goto(next_q, next_outside)
         with m.If(executing.illegal):
-            raise_fault(FaultCause.ILLEGAL_MICRO, micro_ir[:32])
+            raise_fault(at(_State.MICRO_EXEC) & ~armed, FaultCause.ILLEGAL_MICRO, micro_ir[:32])
 
         with m.If(at(_State.FAULT)):
             with m.If(self.clear_fault):
@@ -873,10 +902,10 @@ class ControlUnit(wiring.Component):
         m.d.comb += unit_fault.eq(self.running & (self.dma_fault | self.compute_fault) &
                                   ~abort_units)
         with m.If(self.running & self.dma_fault & ~abort_units):
-            raise_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
+            raise_overriding_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
         with m.If(self.running & self.compute_fault & ~abort_units):
-            raise_fault(self.compute_fault_cause, self.compute_fault_addr,
-                        self.compute_fault_part)
+            raise_overriding_fault(self.compute_fault_cause, self.compute_fault_addr,
+                                   self.compute_fault_part)
 
         # -- speculation: a miss continues in the other bank ------------------------------
         with m.If(self.speculating):
@@ -893,9 +922,9 @@ class ControlUnit(wiring.Component):
         # region; they are raised last, so their cause wins.
         m.d.comb += hard_fault.eq(self.running & (watchdog_hit | self.abort))
         with m.If(self.running & watchdog_hit):
-            raise_fault(FaultCause.WATCHDOG, watchdog)
+            raise_overriding_fault(FaultCause.WATCHDOG, watchdog)
         with m.If(self.running & self.abort):
-            raise_fault(FaultCause.ABORTED)
+            raise_overriding_fault(FaultCause.ABORTED)
         stop = Signal()
         m.d.comb += stop.eq(fault & ~self.speculating | hard_fault)
 
@@ -947,14 +976,21 @@ class ControlUnit(wiring.Component):
             abandon()
             m.d.comb += [self.events.spec_miss.eq(1), self.events.rollback.eq(1)]
 
+        def recorded(field, overriding_value):
+            """What the fault records in ``field`` ("cause", "addr" or "part")."""
+            return Mux(overriding, overriding_value,
+                       _one_of((r["where"], r[field]) for r in sequencer_records))
+
         with m.If(stop):
             m.d.sync += [
                 self.running.eq(0), self.faulted.eq(1), self.in_kernel.eq(0),
                 self.speculating.eq(0), rolling_back.eq(0),
                 # An instruction retiring in the cycle of the fault has no effect.
                 self.done.eq(self.done),
-                self.fault_cause.eq(fault_cause), self.fault_addr.eq(fault_addr),
-                self.fault_part.eq(fault_part), self.fault_bank.eq(self.exec_bank),
+                self.fault_cause.eq(recorded("cause", overriding_cause)),
+                self.fault_addr.eq(recorded("addr", overriding_addr)),
+                self.fault_part.eq(recorded("part", overriding_part)),
+                self.fault_bank.eq(self.exec_bank),
                 self.fault_in_kernel.eq(self.in_kernel), self.fault_slot.eq(self.slot),
                 # (A rollback's plan_pc is the fallback's from its ROLLBACK cycle on.)
                 self.fault_pc.eq(Mux(at(_State.ROLLBACK), resume_pc, self.plan_pc)),
