@@ -175,7 +175,8 @@ class GlobalMemory(wiring.Component):
         answered = bus.ack | bus.err
         # A host read's word is registered before it is answered: from the block RAM
         # through the lane selection and the bus's multiplexers into the bridge's
-        # buffer was one of the ULX3S build's worst paths (step 32).
+        # buffer was one of the ULX3S build's worst paths (step 32). (Below: the lane
+        # is chosen after the register.)
         reading = Signal()      # the read's word comes out of the memory this cycle
         access = bus.cyc & bus.stb & ~answered & ~reading
         in_range = bus.adr < cfg.gmem_bytes // 4
@@ -255,12 +256,16 @@ class GlobalMemory(wiring.Component):
             bus.err.eq(access & ~in_range),
             reading.eq(go & ~bus.we),
         ]
+        # The read's whole word is registered as it leaves the memory, and its lane
+        # chosen after the register, on the way to the bus: the lane choice between
+        # the block RAMs, spread over the device, and a register was 10.05 ns of
+        # e0f2cb7's routed build (docs/fpga.md, step 43). Registering the lane's word
+        # a cycle later instead cost a bus cycle per host read.
+        read_word = Signal(cfg.word_bits)
         read_lane = Signal(max(lane_bits, 1))
         with m.If(access):
             m.d.sync += read_lane.eq(lane)
         with m.If(reading):
-            if k == 1:
-                m.d.sync += bus.dat_r.eq(host_rdata)
-            else:
-                m.d.sync += bus.dat_r.eq(host_rdata.word_select(read_lane, 32))
+            m.d.sync += read_word.eq(host_rdata)
+        m.d.comb += bus.dat_r.eq(read_word if k == 1 else read_word.word_select(read_lane, 32))
         return m
