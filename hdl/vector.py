@@ -163,6 +163,12 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     shift_early, shift = shift, _register(m, shift, f"{name}_shift")
     mask = _register(m, ((Const(1, 1) << shift_early) - 1)[:32], f"{name}_mask")
     zp_1 = _register(m, zp, f"{name}_zp")
+    # y - lo = (t >> 1) + (zp - lo) + round and y - (hi + 1) likewise, summed beside y:
+    # their signs are the clamp's decisions, registered (below, the comparisons of the
+    # registered y, 9-bit carry chains in front of the choice of the value, were the
+    # ULX3S build's worst paths at e964b34, 10.42 ns: docs/fpga.md, step 44).
+    zp_lo_1 = _register(m, zp - lo, f"{name}_zp_lo")
+    zp_hi_1 = _register(m, zp - hi - 1, f"{name}_zp_hi")
     lo_1, hi_1 = _register(m, lo, f"{name}_lo_d1"), _register(m, hi, f"{name}_hi_d1")
     inverted_1 = lo_1 > hi_1
     # mask: the bits of p >> 30 below t[0]
@@ -184,20 +190,22 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
             t.eq((wide >> 30) >> shift),
             sticky.eq(wide[:30].any() | (wide[30:62] & mask).any()),
         ]
+        rounded = _wire(m, t[0] & (sticky | t[1]), f"{name}{lane}_round")
         y = Signal(signed(36), name=f"{name}{lane}_y", reset_less=True)
-        m.d.sync += y.eq((t >> 1) + zp_1 + (t[0] & (sticky | t[1])))
-        # min(max(y, lo), hi) from three comparisons side by side rather than two
-        # chained through a multiplexer (which made this stage one of the tile's
-        # longest paths): below lo, it is lo, or hi if lo > hi; above hi, it is hi.
-        # The comparisons are 9 bits wide, beside the tests of whether y is past
-        # that range at all (a 36-bit comparison's carry chain was the ULX3S build's
-        # worst path at d3bfcf1, 11.57 ns).
-        big_pos = _wire(m, ~y[-1] & y[8:-1].any(), f"{name}{lane}_big_pos")   # y >= 256
-        big_neg = _wire(m, y[-1] & ~y[8:-1].all(), f"{name}{lane}_big_neg")   # y < -256
-        y9 = y[:9].as_signed()
-        below = _wire(m, big_neg | (~big_pos & (y9 < lo_2)), f"{name}{lane}_below")
-        above = _wire(m, big_pos | (~big_neg & (y9 > hi_2)), f"{name}{lane}_above")
-        not_hi = big_pos | big_neg | (y9 != hi_2)                              # y != hi
+        below = Signal(name=f"{name}{lane}_below", reset_less=True)     # y < lo_2
+        above = Signal(name=f"{name}{lane}_above", reset_less=True)     # y > hi_2
+        m.d.sync += [
+            y.eq((t >> 1) + zp_1 + rounded),
+            below.eq(_wire(m, (t >> 1) + zp_lo_1 + rounded, f"{name}{lane}_y_lo")[-1]),
+            above.eq(~_wire(m, (t >> 1) + zp_hi_1 + rounded, f"{name}{lane}_y_hi")[-1]),
+        ]
+        # min(max(y, lo), hi): below lo, it is lo, or hi if lo > hi; above hi, it is hi.
+        # Whether the clamp changed y asks y != hi (below lo, when lo > hi): 9 bits
+        # wide, beside the tests of whether y is past that range at all (a 36-bit
+        # comparison's carry chain was the ULX3S build's worst path at d3bfcf1,
+        # 11.57 ns).
+        big = _wire(m, y[8:].any() & ~y[8:].all(), f"{name}{lane}_big")   # y outside int9
+        not_hi = big | (y[:9].as_signed() != hi_2)                          # y != hi
         to_hi = _wire(m, Mux(below, inverted, above), f"{name}{lane}_to_hi")
         value = Signal(signed(8), name=f"{name}{lane}_value", reset_less=True)
         sat = Signal(name=f"{name}{lane}_sat", reset_less=True)     # the clamp changed y
