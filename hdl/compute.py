@@ -332,6 +332,11 @@ class ComputeUnit(wiring.Component):
         more = Signal()         # idx != total: kept in a register, set with idx, so that
                                 # the port's enable does not wait for a comparison
         win_t = Signal(4)       # VPOOL: word of the window
+        # ... and its last, `window - 1`, set when the command is accepted: worked out
+        # from the operands in every cycle, it was in front of the window's end, the
+        # pointers' step and the partition test (`scripts/timing_paths.py`'s worst
+        # paths at 4fd65f9, into ptr_a and a_out; docs/fpga.md, step 44).
+        win_last = Signal(4)
         # Each operand port reads at a running pointer, the offset of the step's word,
         # stepped as the step advances by a stride chosen when the command is accepted
         # (MATMUL's strides, VPOOL's stride within a window, else 1): the offset on
@@ -438,7 +443,7 @@ class ComputeUnit(wiring.Component):
         advance = Signal()
         m.d.comb += advance.eq(issue_now & a_done & b_done & ~a_bad & ~b_bad)
 
-        vpool_last_t = win_t == vpool.window - 1
+        vpool_last_t = win_t == win_last
         first = Signal()
         last = Signal()
         with m.If(is_op[MicroOp.VPOOL]):
@@ -797,6 +802,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq((pa.vpool.n != 0) & (pa.vpool.window != 0)),
                         total.eq(pa.vpool.n),
+                        win_last.eq(pa.vpool.window - 1),
                         *point(ptr_a, a_out, pa.vpool.in_addr),
                         step_a.eq(pa.vpool.in_stride),
                         room_a.eq(self.limit - pa.vpool.in_stride),
