@@ -71,7 +71,11 @@ class StagingBuffer(wiring.Component):
 
         m.submodules.mem = mem = Memory(shape=addr_bits + cfg.word_bits, depth=depth, init=[])
         wr = mem.write_port()
-        rd = mem.read_port(transparent_for=(wr,))
+        # Not transparent: entries are written only outside a drain and read only
+        # during one, so no read wants the word written in its cycle (the bypass was
+        # a comparison of the two addresses in front of a register, 9.73 ns of
+        # e964b34's routed ULX3S build, docs/fpga.md step 45).
+        rd = mem.read_port()
 
         count = self.level
         head = Signal(range(depth))      # next entry to publish
@@ -103,8 +107,11 @@ class StagingBuffer(wiring.Component):
         writing = Signal()              # a draining write is made this cycle
         m.d.comb += [
             writing.eq(self.draining & loaded & ~self.dma.re),
-            # With a write, the next entry is read.
-            rd.addr.eq(Mux(writing, head + 1, head)),
+            # While `entry` holds entry `head`, the next entry is read, written or not:
+            # the write moves on to it in the next cycle. (With the write's decision
+            # in front, the DMA engine's read request was in front of the block RAM's
+            # address: 9.80 ns of e964b34's routed ULX3S build, step 45.)
+            rd.addr.eq(Mux(loaded, head + 1, head)),
         ]
         with m.If(self.draining):
             # A cycle to read an entry, one to register it, one to write it, the next
