@@ -14,6 +14,7 @@ from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, Faul
 from .dma_queue import QueuedDmaCommand
 from .compare import at_least
 from .compute import ComputeCommand, vcmp_word, vector_steps
+from .copies import copy
 from .operands import OperandCheck
 from .stores import MicroClass
 
@@ -898,12 +899,17 @@ class ControlUnit(wiring.Component):
         # Faults raised by the DMA engine, the watchdog or the host win over
         # whatever the sequencers were doing this cycle. A unit's fault is still up in
         # the cycle that aborts it (`abort_units`, below), which is not a new one.
+        # That test reads a copy of `abort_units` of its own, placed beside the fault's
+        # decision: the register the units read, across the device, was the first
+        # 2 ns of five of e964b34's routed late paths, into the state's reset through
+        # the fault and `void` (docs/fpga.md, step 45).
         abort_units = Signal()
+        units_aborted = copy(Signal())
         m.d.comb += unit_fault.eq(self.running & (self.dma_fault | self.compute_fault) &
-                                  ~abort_units)
-        with m.If(self.running & self.dma_fault & ~abort_units):
+                                  ~units_aborted)
+        with m.If(self.running & self.dma_fault & ~units_aborted):
             raise_overriding_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
-        with m.If(self.running & self.compute_fault & ~abort_units):
+        with m.If(self.running & self.compute_fault & ~units_aborted):
             raise_overriding_fault(self.compute_fault_cause, self.compute_fault_addr,
                                    self.compute_fault_part)
 
@@ -961,7 +967,7 @@ class ControlUnit(wiring.Component):
         # speculative store still goes to the staging buffer that the abort empties,
         # and a compute step lands (its flag or index write too, as before). Every
         # fault is either a stop or (inside a speculative region) a miss.
-        m.d.sync += abort_units.eq(fault | miss)
+        m.d.sync += [abort_units.eq(fault | miss), units_aborted.eq(fault | miss)]
         m.d.comb += [self.dma_abort.eq(abort_units), self.staging_discard.eq(abort_units)]
 
         # A miss goes to the other bank and reads the fallback's instruction in the
