@@ -331,6 +331,10 @@ class ComputeUnit(wiring.Component):
         total = Signal(16)      # steps of the current phase
         more = Signal()         # idx != total: kept in a register, set with idx, so that
                                 # the port's enable does not wait for a comparison
+        at_last = Signal()      # idx == total - 1, likewise (the subtraction and the
+                                # comparison were in front of r_step's `last`, the rough
+                                # model's worst path at ece685d: docs/fpga.md, step 45);
+                                # not kept by VPOOL, whose `last` is its window's
         win_t = Signal(4)       # VPOOL: word of the window
         # ... and its last, `window - 1`, set when the command is accepted: worked out
         # from the operands in every cycle, it was in front of the window's end, the
@@ -386,6 +390,7 @@ class ComputeUnit(wiring.Component):
         w_addr = Signal(_ADDR_BITS)
         w_out = Signal()
         w_stride = Signal(16)
+        room_w = Signal(signed(_ADDR_BITS + 1))     # limit - w_stride: see step()
         w_count = Signal(16)    # outputs written: where a restart resumes
         w_row = Signal(_ADDR_BITS)    # VPOOL: input word (o, 0) of the next output
 
@@ -401,6 +406,10 @@ class ComputeUnit(wiring.Component):
             """Set ``ptr`` to ``start + stride`` and ``out`` to its partition test, made
             against ``room`` (``limit - stride``) from ``start``."""
             return [ptr.eq((start + stride)[:len(ptr)]), out.eq(start >= room)]
+
+        def phase(steps):
+            """A phase of ``steps`` steps, from its first (``idx`` 0)."""
+            return [total.eq(steps), at_last.eq(steps == 1)]
 
         # The opcode, decoded as the command is accepted (below): one flip-flop per
         # operation, so that the issue and data stages start from registers rather
@@ -451,7 +460,7 @@ class ComputeUnit(wiring.Component):
         with m.Elif(is_op[MicroOp.MATMUL]):
             m.d.comb += first.eq((idx == 0) & ~mm.accumulate)
         with m.Else():
-            m.d.comb += [first.eq(idx == 0), last.eq(idx == total - 1)]
+            m.d.comb += [first.eq(idx == 0), last.eq(at_last)]
 
         # With fewer vector lanes than a word has, a row or a scaled word keeps the lane
         # multipliers for `passes` cycles: the next one issues no sooner.
@@ -502,6 +511,7 @@ class ComputeUnit(wiring.Component):
                 m.d.sync += [
                     idx.eq(idx + 1),
                     more.eq(idx + 1 != total),
+                    at_last.eq(idx + 2 == total),
                     *step(ptr_a, a_out, ptr_a, step_a, room_a),
                     *step(ptr_b, b_out, ptr_b, step_b, room_b),
                 ]
@@ -654,7 +664,7 @@ class ComputeUnit(wiring.Component):
         ]
         with m.If(w_done):
             m.d.sync += [
-                *point(w_addr, w_out, w_addr + w_stride),
+                *step(w_addr, w_out, w_addr, w_stride, room_w),
                 w_count.eq(w_count + 1),
                 w_row.eq(w_row + vpool.in_step),
                 base_a.eq(base_a + 1),
@@ -710,6 +720,7 @@ class ComputeUnit(wiring.Component):
             m.d.sync += [
                 idx.eq(w_count),
                 more.eq(w_count != total),
+                at_last.eq(w_count + 1 == total),
                 *point(ptr_a, a_out, Mux(is_op[MicroOp.VPOOL], w_row, base_a)),
                 *point(ptr_b, b_out, base_b),
                 win_t.eq(0),
@@ -721,7 +732,7 @@ class ComputeUnit(wiring.Component):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
                 m.d.sync += [load.eq(0), idx.eq(0), *point(ptr_a, a_out, base_a),
-                             *point(ptr_b, b_out, base_b), total.eq(R), more.eq(1)]
+                             *point(ptr_b, b_out, base_b), *phase(R), more.eq(1)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
 
@@ -756,6 +767,7 @@ class ComputeUnit(wiring.Component):
                 rfault.eq(0),
                 w_count.eq(0),
                 w_stride.eq(1),
+                room_w.eq(self.limit - 1),
                 step_a.eq(1),
                 step_b.eq(1),
                 room_a.eq(self.limit - 1),
@@ -765,7 +777,7 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.MATMUL):
                     m.d.sync += [
                         running.eq(pa.matmul.k != 0),
-                        total.eq(pa.matmul.k),
+                        *phase(pa.matmul.k),
                         *point(ptr_a, a_out, pa.matmul.a_addr),
                         *point(ptr_b, b_out, pa.matmul.b_addr),
                         step_a.eq(pa.matmul.a_stride),
@@ -777,7 +789,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(1),
                         load.eq(1),
-                        total.eq(self.bias_words),
+                        *phase(self.bias_words),
                         *start_at(base_a, ptr_a, a_out, pa.acc_bias.addr),
                     ]
                 with m.Case(MicroOp.REQUANT):
@@ -785,15 +797,16 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(1),
                         load.eq(rqa.per_channel),
-                        total.eq(Mux(rqa.per_channel, self.table_words, R)),
+                        *phase(Mux(rqa.per_channel, self.table_words, R)),
                         *start_at(base_a, ptr_a, a_out, rqa.param_addr),
                         *point(w_addr, w_out, rqa.out_addr),
                         w_stride.eq(rqa.out_stride),
+                        room_w.eq(self.limit - rqa.out_stride),
                     ]
                 with m.Case(MicroOp.VADD):
                     m.d.sync += [
                         running.eq(pa.vadd.n != 0),
-                        total.eq(pa.vadd.n),
+                        *phase(pa.vadd.n),
                         *start_at(base_a, ptr_a, a_out, pa.vadd.a_addr),
                         *start_at(base_b, ptr_b, b_out, pa.vadd.b_addr),
                         *point(w_addr, w_out, pa.vadd.out_addr),
@@ -801,7 +814,7 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.VPOOL):
                     m.d.sync += [
                         running.eq((pa.vpool.n != 0) & (pa.vpool.window != 0)),
-                        total.eq(pa.vpool.n),
+                        *phase(pa.vpool.n),
                         win_last.eq(pa.vpool.window - 1),
                         *point(ptr_a, a_out, pa.vpool.in_addr),
                         step_a.eq(pa.vpool.in_stride),
@@ -814,21 +827,21 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.VCLAMP):
                     m.d.sync += [
                         running.eq(pa.vclamp.n != 0),
-                        total.eq(pa.vclamp.n),
+                        *phase(pa.vclamp.n),
                         *start_at(base_a, ptr_a, a_out, pa.vclamp.in_addr),
                         *point(w_addr, w_out, pa.vclamp.out_addr),
                     ]
                 with m.Case(MicroOp.VCMP):
                     m.d.sync += [
                         running.eq(1),
-                        total.eq(p.steps),
+                        *phase(p.steps),
                         *start_at(base_a, ptr_a, a_out, p.vcmp_word),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
                     m.d.sync += [
                         running.eq(va.n != 0),
-                        total.eq(p.steps),
+                        *phase(p.steps),
                         *start_at(base_a, ptr_a, a_out, va.addr),
                     ]
                 with m.Case(MicroOp.VCFG):
