@@ -904,7 +904,7 @@ class ControlUnit(wiring.Component):
         # 2 ns of five of e964b34's routed late paths, into the state's reset through
         # the fault and `void` (docs/fpga.md, step 45).
         abort_units = Signal()
-        units_aborted = copy(Signal())
+        units_aborted = copy(Signal(name="units_aborted"))
         m.d.comb += unit_fault.eq(self.running & (self.dma_fault | self.compute_fault) &
                                   ~units_aborted)
         with m.If(self.running & self.dma_fault & ~units_aborted):
