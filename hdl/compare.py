@@ -2,7 +2,7 @@
 
 Yosys' ECP5 flow builds some comparisons as a ripple of LUTs where a subtraction is
 always a carry chain: VPOOL's merge compared a 16-bit accumulator through ten LUT
-levels (docs/fpga.md, step 24). These helpers write the comparison as the sign of a
+levels (docs/fpga-timing.md, step 24). These helpers write the comparison as the sign of a
 subtraction wide enough not to overflow; the result is the same. They pay where the
 comparison starts near registers; inside a larger cone of logic ABC's LUTs can come
 out shorter (the rough model said so for the scratchpad's offset check).

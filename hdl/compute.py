@@ -53,11 +53,11 @@ class ComputeCommand(data.Struct):
     #: word of its lane, 17 bits (an offset past 2**16 faults). The issuer works it out
     #: from its instruction register (:func:`vcmp_word`), so that the unit's acceptance
     #: has no adder in front of its partition test: the adder, the lane's word and the
-    #: test there were the worst path of step 36's best ULX3S build (docs/fpga.md).
+    #: test there were the worst path of step 36's best ULX3S build (docs/fpga-timing.md).
     vcmp_word: 17
     #: VCMP and VARGMAX: the words they read (:func:`vector_steps`), likewise worked out
     #: by the issuer: the shift and adder in front of the unit's step count (`total`)
-    #: were 10.08 ns of e0f2cb7's routed paths (docs/fpga.md, step 42).
+    #: were 10.08 ns of e0f2cb7's routed paths (docs/fpga-timing.md, step 42).
     steps: 16
 
 
@@ -157,7 +157,7 @@ class ComputeUnit(wiring.Component):
     operand check (:mod:`fusetile.hdl.operands`, the one decoder of what is legal)
     faults them with ILLEGAL_MICRO before they issue. The unit does not decode them
     again (that decode, from the command register into the fault registers and
-    ``running``, was the worst path of step 37's last ULX3S build: docs/fpga.md, step
+    ``running``, was the worst path of step 37's last ULX3S build: docs/fpga-timing.md, step
     38). Given one anyway, it neither hangs nor reaches outside its partition: an
     opcode that is not a compute operation, VPOOL with ``window`` 0, VARGMAX with ``n``
     0 and VCFG of a register other than the 8 of
@@ -178,7 +178,7 @@ class ComputeUnit(wiring.Component):
       sets a pointer (the offset against ``limit``, registered with it), and presents
       no access that it finds outside: nothing it decides waits for the scratchpad's
       ``fault``, which was in front of its pointers, its step counters and its fault
-      registers (step 33 of docs/fpga.md).
+      registers (step 33 of docs/fpga-timing.md).
 
     ``fault`` stays high (``cmd.ready`` low) until ``abort``. ``abort`` drops the
     current command in that cycle (its scratchpad accesses of that cycle are cancelled
@@ -333,13 +333,13 @@ class ComputeUnit(wiring.Component):
                                 # the port's enable does not wait for a comparison
         at_last = Signal()      # idx == total - 1, likewise (the subtraction and the
                                 # comparison were in front of r_step's `last`, the rough
-                                # model's worst path at ece685d: docs/fpga.md, step 45);
+                                # model's worst path at ece685d: docs/fpga-timing.md, step 45);
                                 # not kept by VPOOL, whose `last` is its window's
         win_t = Signal(4)       # VPOOL: word of the window
         # ... and its last, `window - 1`, set when the command is accepted: worked out
         # from the operands in every cycle, it was in front of the window's end, the
         # pointers' step and the partition test (`scripts/timing_paths.py`'s worst
-        # paths at 4fd65f9, into ptr_a and a_out; docs/fpga.md, step 44).
+        # paths at 4fd65f9, into ptr_a and a_out; docs/fpga-timing.md, step 44).
         win_last = Signal(4)
         # Each operand port reads at a running pointer, the offset of the step's word,
         # stepped as the step advances by a stride chosen when the command is accepted
@@ -354,7 +354,7 @@ class ComputeUnit(wiring.Component):
         # rows after its table): its word for the first output not yet written, the
         # stream's start plus `w_count`, kept in step with `w_count` rather than added
         # at the restart (the adder and the partition test after it, into `a_out`,
-        # were 10.03 ns of e0f2cb7's routed paths; docs/fpga.md step 42).
+        # were 10.03 ns of e0f2cb7's routed paths; docs/fpga-timing.md step 42).
         base_a = Signal(_ADDR_BITS)
         base_b = Signal(_ADDR_BITS)
         row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
@@ -535,7 +535,7 @@ class ComputeUnit(wiring.Component):
         # are registered in the scratchpad's parts (`rdata_parts`: one LUT from the
         # block RAMs) and put together after the registers, in the data stage's
         # choice below (10.26 to 10.34 ns with the bank selection's two LUTs in front
-        # of the registers, c475267's ULX3S build: docs/fpga.md, step 39). A held word
+        # of the registers, c475267's ULX3S build: docs/fpga-timing.md, step 39). A held word
         # stays in its hold register until the data stage has used it (the next
         # step's read is captured three cycles after it issues, at the earliest).
         rdata_a = registered_word(m, self.a, "rdata_a")
@@ -551,7 +551,7 @@ class ComputeUnit(wiring.Component):
         # Which of the two is the data stage's word: `d_step.hold_a` (`hold_b`), in a
         # copy per byte lane. One flip-flop choosing all of a word's bits, for the MAC
         # array and the vector unit, was 2 to 2.6 ns of wire at the start of the
-        # vector unit's comparisons (step 37's ULX3S builds, docs/fpga.md step 38).
+        # vector unit's comparisons (step 37's ULX3S builds, docs/fpga-timing.md step 38).
         word_a = Signal(word_bits)
         word_b = Signal(word_bits)
         for word, held, rdata, name in ((word_a, hold_a, rdata_a, "hold_a"),

@@ -276,7 +276,7 @@ class ControlUnit(wiring.Component):
         # The instruction's class, registered with it: MICRO_EXEC's decisions test a
         # flip-flop per class. Decoded from the opcode there, the decode came first on
         # the fault decision's worst paths (three LUTs of b3f276a's 11.71 ns;
-        # docs/fpga.md, step 39).
+        # docs/fpga-timing.md, step 39).
         exec_class = Signal(MicroClass)
 
         arg_a = Signal(24)
@@ -335,7 +335,7 @@ class ControlUnit(wiring.Component):
         # (`where`, from registers), so its record is chosen by the state alone, in an
         # AND-OR (`recorded`, below), not by the decisions that raise the faults: when
         # each raise chose its own record, in a priority chain, those decisions were in
-        # front of the fault address (10.27 ns of e0f2cb7's routed build; docs/fpga.md,
+        # front of the fault address (10.27 ns of e0f2cb7's routed build; docs/fpga-timing.md,
         # step 43). The units' faults, the watchdog and the host's abort win over the
         # sequencers' (`raise_overriding_fault`).
         fault = Signal()
@@ -360,12 +360,12 @@ class ControlUnit(wiring.Component):
         # A swap is due at those points, and taken unless the cycle is abandoned (a
         # fault or a miss). The counter counts it as due and voids it with the cycle
         # (10.6 ns of 07016dc's ULX3S build with the decision in front of the counter,
-        # docs/fpga.md step 38). Of what abandons a cycle, only a unit's fault, the
+        # docs/fpga-timing.md step 38). Of what abandons a cycle, only a unit's fault, the
         # watchdog and the host's abort can come at those points: an idle tile is not
         # running, and a DONE that executes is legal, so not speculative, and raises
         # nothing itself. The swap waits for those alone (the whole decision in front
         # of it, RET's return past the bank first, was 11.38 ns of 7a057ba's build,
-        # docs/fpga.md step 40).
+        # docs/fpga-timing.md step 40).
         swap_due = Signal()
         unit_fault = Signal()       # a unit's fault, new this cycle, while running
         hard_fault = Signal()       # the watchdog or the host's abort, while running
@@ -381,7 +381,7 @@ class ControlUnit(wiring.Component):
         # The DMA's word pulses and the compute unit's busy bits are registered before
         # they are added: they come out of the scratchpad's arbitration and the
         # compute unit's completion late in the cycle, and a 32-bit adder after them
-        # was the longest path of the ULX3S build (docs/fpga.md, steps 18 and 31). The
+        # was the longest path of the ULX3S build (docs/fpga-timing.md, steps 18 and 31). The
         # record adds the last cycle's pulse itself, so it still counts every word
         # moved and every busy cycle before the cycle it is pushed in.
         words_in = Signal()
@@ -425,7 +425,7 @@ class ControlUnit(wiring.Component):
         # A new limit counts from the cycle after the one the CSR takes it in. The
         # running bit is the adder's carry in and the comparison the sign of a
         # subtraction, two carry chains: ABC built the comparison as six LUTs after
-        # the adder (10.29 ns of c475267's routed paths, docs/fpga.md step 39).
+        # the adder (10.29 ns of c475267's routed paths, docs/fpga-timing.md step 39).
         watchdog_next = Signal(32)
         watchdog_hit = Signal()
         m.d.comb += watchdog_next.eq(watchdog + self.running)
@@ -463,7 +463,7 @@ class ControlUnit(wiring.Component):
             # `outside`: pc is past the bank, and the fetch faults. PLAN_EXEC's decode
             # tests its own targets (`plan_bad`); RET and PUBLISH go to next_q whatever
             # it is: tested in their decision, RET's wait for the units came in front
-            # of the fault (11.12 ns of e0f2cb7's routed paths, docs/fpga.md step 41).
+            # of the fault (11.12 ns of e0f2cb7's routed paths, docs/fpga-timing.md step 41).
             m.d.sync += [self.plan_pc.eq(pc), plan_pc_outside.eq(outside),
                          state.eq(_State.PLAN_FETCH.code)]
             m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_en.eq(1)]
@@ -482,7 +482,7 @@ class ControlUnit(wiring.Component):
         # entry must not change between the CALL's decode, which tests it, and its
         # execution. The slot's lock is registered from the cycle's state (the state's
         # decode and the wire to the host's answers were 12.3 ns of d3bfcf1's routed
-        # paths, docs/fpga.md step 36), so it covers a CALL from its execution cycle,
+        # paths, docs/fpga-timing.md step 36), so it covers a CALL from its execution cycle,
         # and host writes to the slots wait out every decode cycle (`slot_hold`): a
         # write decided there would land with the CALL's fetch, or between its test of
         # the entry and its use.
@@ -498,7 +498,7 @@ class ControlUnit(wiring.Component):
         # -- plan predecode: a cycle between fetch and execution works out where the ----
         # instruction goes, so that executing it starts from registers. It decodes the
         # instruction register, not the store's output: a block RAM's clock-to-output
-        # leaves no room for logic after it (docs/fpga.md, step 28). The flags and
+        # leaves no room for logic after it (docs/fpga-timing.md, step 28). The flags and
         # index registers it reads do not change between decode and execution: only
         # the compute unit writes them, and it is idle between kernel calls.
         fetched = PlanInstr(plan_ir)
@@ -637,7 +637,7 @@ class ControlUnit(wiring.Component):
 
         # -- the operand check of compute micro-instructions ------------------------------
         # It takes the instruction register (not the kernel store's output, which
-        # leaves no room for logic after the block RAM: docs/fpga.md, step 28) from
+        # leaves no room for logic after the block RAM: docs/fpga-timing.md, step 28) from
         # MICRO_EXEC's first cycle, and its answer is registered here in the cycle it
         # is valid.
         m.submodules.operand_check = check = OperandCheck(cfg)
@@ -704,7 +704,7 @@ class ControlUnit(wiring.Component):
         # Decoded from the instruction register whatever the state: the push alone
         # waits for MICRO_EXEC. Inside the state's case, the state's decode came in
         # front of the GMEM relocation adder and the DMA queue's LUT RAM (10.5 ns of
-        # 07016dc's routed paths, docs/fpga.md step 38).
+        # 07016dc's routed paths, docs/fpga-timing.md step 38).
         # (The reserved GmemBase makes the instruction's class `illegal`.)
         base = Signal(24)
         with m.Switch(dma_args.gmem_base):
@@ -902,7 +902,7 @@ class ControlUnit(wiring.Component):
         # That test reads a copy of `abort_units` of its own, placed beside the fault's
         # decision: the register the units read, across the device, was the first
         # 2 ns of five of e964b34's routed late paths, into the state's reset through
-        # the fault and `void` (docs/fpga.md, step 45).
+        # the fault and `void` (docs/fpga-timing.md, step 45).
         abort_units = Signal()
         units_aborted = copy(Signal(name="units_aborted"))
         m.d.comb += unit_fault.eq(self.running & (self.dma_fault | self.compute_fault) &
@@ -924,7 +924,7 @@ class ControlUnit(wiring.Component):
             # (but for the watchdog's and the host's: `hard_fault`, below). The event
             # says so itself, rather than being undone by the stop: with the stop's
             # decision in front, it was a 10.06 ns path into its counter's register on
-            # e964b34's ULX3S build (docs/fpga.md, step 44).
+            # e964b34's ULX3S build (docs/fpga-timing.md, step 44).
             with m.If(fault):
                 m.d.comb += [miss.eq(1), self.events.spec_fault.eq(~hard_fault)]
 
@@ -962,7 +962,7 @@ class ControlUnit(wiring.Component):
         # a miss, from a register: the decision (a dozen sources, a dozen LUTs deep)
         # fanned out from here into every unit's cancels, the scratchpad's and GMEM's
         # write enables and addresses, the ULX3S build's routed worst paths since
-        # step 28 (docs/fpga.md, step 29). In the cycle between, the sequencer issues
+        # step 28 (docs/fpga-timing.md, step 29). In the cycle between, the sequencer issues
         # nothing (`abandon`) and the units do that cycle's work: a DMA word moves, a
         # speculative store still goes to the staging buffer that the abort empties,
         # and a compute step lands (its flag or index write too, as before). Every

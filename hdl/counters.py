@@ -6,7 +6,7 @@ over them two thirds of its 4,552 LUT4s (the iCE40UP5K has 5,280 logic cells in 
 Here each counter is a narrow *pending* count in flip-flops, and a scanner adds one
 pending count per cycle into a 64-bit word of a RAM, the way network switches keep
 their statistics. A read adds the RAM word and the pending count of its counter,
-through the same pipeline. (docs/fpga.md, step 14, has the figures before and after.)
+through the same pipeline. (docs/fpga-timing.md, step 14, has the figures before and after.)
 """
 
 from collections.abc import Mapping
@@ -105,7 +105,7 @@ class PerfCounters(wiring.Component):
         The increments of this cycle of the ``voidable`` counters are not counted.
         It is applied with ``freeze``, after the increments are registered: an event
         may then be signalled before the decision that cancels it is made (the
-        control unit's events, before its fault decision: docs/fpga.md, step 33).
+        control unit's events, before its fault decision: docs/fpga-timing.md, step 33).
     read : In(CounterReadSignature(count=len(names)))
         Reads a counter; an index past the last counter reads 0.
     inc : dict of str to Signal
@@ -229,7 +229,7 @@ class PerfCounters(wiring.Component):
         # Whether the RAM word addressed in this cycle is a read's (else the scanner's),
         # a register: it decides the RAM's address, the scanner's step and every
         # pending count's flush, and worked out in its own cycle it was 12.0 ns of
-        # 1bd7667's ULX3S build (docs/fpga.md, step 38). A request is read no sooner
+        # 1bd7667's ULX3S build (docs/fpga-timing.md, step 38). A request is read no sooner
         # than a cycle after it is taken (by then the events of its `stb`'s cycle are
         # in the pending counts, two cycles after them), not in the cycle after
         # another read, and not while its word's flush is still in stages 1 and 2:
@@ -248,7 +248,7 @@ class PerfCounters(wiring.Component):
         # The pending count of the scanner's word is selected in two registered
         # steps, within each group of READ_GROUP counters by the low bits of `scan`,
         # then among the groups by stage 1's slot (in one step from `scan` it was
-        # 10.10 ns of c475267's ULX3S build, docs/fpga.md step 39). A read's is
+        # 10.10 ns of c475267's ULX3S build, docs/fpga-timing.md step 39). A read's is
         # selected in three registered steps, one per stage: within each group of
         # READ_GROUP counters by the low bits of `req_slot`, within each group of
         # READ_GROUP2 groups by the next bits, then among those (in two steps, from

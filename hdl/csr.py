@@ -33,7 +33,7 @@ class CsrBank(wiring.Component):
     next decodes it from there, if the master still holds it: the decode starts at
     flip-flops of its own, not at the far end of the wire from the master (the UART
     bridge's address register through the decode were 11.0 to 11.6 ns of the ULX3S
-    build's routed paths after step 35 of docs/fpga.md). Every access is answered with
+    build's routed paths after step 35 of docs/fpga-timing.md). Every access is answered with
     exactly one of ``ack`` or ``err``, two cycles after it is seen, but a whole-word
     write to a writable register three cycles after, a register read four (a
     counter's low word: one cycle after the counters answer):

@@ -21,7 +21,7 @@ stall costs one cycle and no word, and decides only the port's registers (its of
 the write stage's valid bits and the replay's), not the address registers: from the
 compute unit's read request through the scratchpad's arbitration into the enables of
 every address register was the ULX3S build's most common late path (step 36,
-docs/fpga.md).
+docs/fpga-timing.md).
 
 The engine makes the scratchpad's partition test itself, as it sets an address: the
 offset against the open partition's ``limit``, registered with the offset. It presents
@@ -183,7 +183,7 @@ class Dma(wiring.Component):
         # less one, a cycle behind (the limit does not change under a transfer): an
         # address set by an advance and its range test each come from registers
         # through one adder or one comparison, not an adder and then a comparison
-        # (the DMA engine's late endpoints on the ULX3S at 3247880, docs/fpga.md
+        # (the DMA engine's late endpoints on the ULX3S at 3247880, docs/fpga-timing.md
         # step 35).
         next_row_gaddr = Signal(_ADDR_BITS)
         next_row_saddr = Signal(_ADDR_BITS)
@@ -343,7 +343,7 @@ class Dma(wiring.Component):
             # (a new command sets all of that again): the advance does not wait for it.
             # The write stage's partition test and `again` in front of the advance
             # were 10.60 ns of e0f2cb7's routed paths, into the next row's addresses
-            # (docs/fpga.md step 41).
+            # (docs/fpga-timing.md step 41).
             issue = Signal()
             m.d.comb += [
                 issue.eq(issuing & ~gmem_oob & ~reread),

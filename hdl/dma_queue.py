@@ -89,7 +89,7 @@ class DmaQueue(wiring.Component):
         # count's next value, rather than the count compared with zero: RET waits for
         # every bit and WAIT for the ones it names, and the comparison came first on
         # the fault decision's worst paths (RET's return past the bank; 11.38 ns of
-        # 7a057ba's ULX3S build, docs/fpga.md step 40).
+        # 7a057ba's ULX3S build, docs/fpga-timing.md step 40).
         for t, count in enumerate(counts):
             inc = pushed & (self.push.payload.token == t)
             dec = completed & (engine_token == t)

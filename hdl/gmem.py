@@ -259,7 +259,7 @@ class GlobalMemory(wiring.Component):
         # The read's whole word is registered as it leaves the memory, and its lane
         # chosen after the register, on the way to the bus: the lane choice between
         # the block RAMs, spread over the device, and a register was 10.05 ns of
-        # e0f2cb7's routed build (docs/fpga.md, step 43). Registering the lane's word
+        # e0f2cb7's routed build (docs/fpga-timing.md, step 43). Registering the lane's word
         # a cycle later instead cost a bus cycle per host read.
         read_word = Signal(cfg.word_bits)
         read_lane = Signal(max(lane_bits, 1))

@@ -26,7 +26,7 @@ adder: stage 2 registers the operands again (the DSP's input registers; an opera
 row with no step in it is zero) instead of the product, and stage 3 is ``ACC[i][j] =
 (load ? init[i] : ACC[i][j]) + a[i] * b[j]`` in the DSP, the bias being loaded as
 ``init`` with a zero product. Same cycles, same results; the accumulators and their
-adders leave the fabric (``docs/fpga.md``, step 22). ACC is then not cleared by reset
+adders leave the fabric (``docs/fpga-timing.md``, step 22). ACC is then not cleared by reset
 (Yosys puts no register with both a reset and an enable into the DSP block): it holds
 whatever it held until ACC_BIAS or a MATMUL's first step sets it.
 """
@@ -199,14 +199,14 @@ class MacArray(wiring.Component):
         # ACC_BIAS loads a cycle after `bias_valid`, and the accumulators' enable is a
         # register of its own: each drives all rows x cols x 32 accumulator bits, and
         # `bias_valid`, which the compute unit works out in its cycle, into them was
-        # 801 of the ULX3S build's late endpoints at 100 MHz (docs/fpga.md, step 30).
+        # 801 of the ULX3S build's late endpoints at 100 MHz (docs/fpga-timing.md, step 30).
         # Whether ACC starts afresh (a bias, or a step marked `first`) is a register of
         # its own too: with it, what goes into an accumulator's adder is one LUT deep.
         # The enable is built once per row (`copy`): one flip-flop fanned out to all
         # rows x cols x 32 bits spent 6.5 ns in wire alone (198c8e5's ULX3S build,
-        # docs/fpga.md step 38). The choices in front of the adders are built once per
+        # docs/fpga-timing.md step 38). The choices in front of the adders are built once per
         # accumulator: a row's copy, fanned out to its columns' 32 LUTs each, still
-        # spent 6.2 to 6.5 ns in wire (e0f2cb7's build, docs/fpga.md step 41).
+        # spent 6.2 to 6.5 ns in wire (e0f2cb7's build, docs/fpga-timing.md step 41).
         acc_en = [copy(Signal(name=f"acc_en_{i}")) for i in range(cfg.rows)]
         bias_load, acc_load = ([[copy(Signal(name=f"{name}_{i}_{j}")) for j in range(cfg.cols)]
                                 for i in range(cfg.rows)]
@@ -250,7 +250,7 @@ class MacArray(wiring.Component):
                     # front of the adder, whose carry chain then ends in the
                     # accumulator's flip-flops (a multiplexer after it, and the route
                     # from there, made the MAC array's late endpoints on the ULX3S,
-                    # docs/fpga.md step 35). The sum is 33 bits wide; the assignment
+                    # docs/fpga-timing.md step 35). The sum is 33 bits wide; the assignment
                     # wraps it to 32.
                     addend = Mux(bias_load[i][j], 0, mul.p)
                     with m.If(acc_en[i]):

@@ -48,7 +48,7 @@ class OperandCheck(wiring.Component):
     compared a cycle later. ``ends``, for the fault's address, are registered a cycle
     after ``valid``. (In two stages, the products' adds and the comparison after them,
     and the instruction's decode in front of the multipliers, were the ULX3S build's
-    worst paths, 12.1 to 12.4 ns at d3bfcf1: docs/fpga.md, step 36.)
+    worst paths, 12.1 to 12.4 ns at d3bfcf1: docs/fpga-timing.md, step 36.)
 
     Parameters
     ----------
@@ -121,7 +121,7 @@ class OperandCheck(wiring.Component):
         # An operation with a count of 0 uses none of its operands: `counted`, apart
         # from the opcode's `used`, so that each count's test is made beside the
         # opcode's decode, not after it (the decode, the test and the choice of
-        # operands into `used` were 10.11 ns of e0f2cb7's routed paths; docs/fpga.md,
+        # operands into `used` were 10.11 ns of e0f2cb7's routed paths; docs/fpga-timing.md,
         # step 42).
         counted = Signal()
 

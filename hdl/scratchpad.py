@@ -17,7 +17,7 @@ of the scratchpad is *not performed* and reported on the port's ``fault`` in the
 cycle. This is what keeps a kernel from corrupting a neighbour's data. (The lookup
 was made per access and per port before: an eight-way selection of base and length
 on every unit's path into the banks, the longest paths of the ULX3S build;
-docs/fpga.md, step 15.)
+docs/fpga-timing.md, step 15.)
 
 Units reach the scratchpad through ports of fixed priority. Each bank has one read
 and one write port, so two ports that read (or write) the same bank in the same cycle
@@ -63,7 +63,7 @@ def registered_word(m, port, name):
     Returns the parts' OR: valid two cycles after the read, one LUT after the
     registers. (The bank selection's second LUT in front of a register was 10.3 ns
     of the ULX3S build's routed paths into the compute unit, 10.4 to 10.75 into the
-    DMA engine's store word: docs/fpga.md, steps 39 and 40.)
+    DMA engine's store word: docs/fpga-timing.md, steps 39 and 40.)
     """
     parts = [Signal(len(port.rdata), reset_less=True, name=f"{name}_{k}")
              for k in range(len(port.rdata_parts))]
@@ -109,7 +109,7 @@ class SpadPortSignature(wiring.Signature):
         write data comes straight from a block RAM (the DMA engine's, from GMEM)
         needs no register and selection of its own for the word that stalled: the
         selection after GMEM's block RAM was 10.19 ns of e0f2cb7's routed paths
-        (docs/fpga.md, step 42).
+        (docs/fpga-timing.md, step 42).
     rdata : In(word_bits)
         Word read; valid the cycle after a performed read (not held afterwards).
     rdata_parts : In(ArrayLayout(word_bits, ceil(spad_banks / 2)))
@@ -118,7 +118,7 @@ class SpadPortSignature(wiring.Signature):
         selection is one-hot, from registers), so a unit that registers the parts and
         ORs them after its registers has the second LUT of the bank selection off its
         path from the block RAMs (5.8 ns of clock-to-output on the ULX3S;
-        docs/fpga.md, step 39).
+        docs/fpga-timing.md, step 39).
     fault : In(1)
         Combinational, in the cycle of ``en``: the access is outside its partition
         (``part`` is not the open partition, ``offset >= length``, ``part >=
@@ -346,7 +346,7 @@ class Scratchpad(wiring.Component):
         # it (it was on the compute unit's path from an operand's offset through the
         # grants into its pointers), nor does a port's stall: the DMA engine tests its
         # own accesses ahead, and its stall decides its every address register
-        # (docs/fpga.md, step 33). A faulting access is not performed; its stall does
+        # (docs/fpga-timing.md, step 33). A faulting access is not performed; its stall does
         # not count.
         reqs = []
         for name in self.PORTS:
@@ -406,7 +406,7 @@ class Scratchpad(wiring.Component):
             # row is the default, unconditional: the address matters only when the
             # bank reads (`reading`), and the last port's test in front of its row was
             # one LUT more on the DMA engine's way into the banks (10.4 to 11.1 ns,
-            # 7a057ba's ULX3S builds, docs/fpga.md step 40).
+            # 7a057ba's ULX3S builds, docs/fpga-timing.md step 40).
             with m.If(reqs[0].rd & (reqs[0].bank == b)):
                 m.d.comb += rp.addr.eq(reqs[0].row)
             for req in reqs[1:-1]:

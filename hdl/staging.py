@@ -74,7 +74,7 @@ class StagingBuffer(wiring.Component):
         # Not transparent: entries are written only outside a drain and read only
         # during one, so no read wants the word written in its cycle (the bypass was
         # a comparison of the two addresses in front of a register, 9.73 ns of
-        # e964b34's routed ULX3S build, docs/fpga.md step 45).
+        # e964b34's routed ULX3S build, docs/fpga-timing.md step 45).
         rd = mem.read_port()
 
         count = self.level

@@ -42,7 +42,7 @@ class MicroClass(data.Struct):
     """What a micro-instruction is, one bit each (exactly one is set): the kernel
     store works it out when the host writes the instruction's first word and keeps
     it beside the instruction, so the control unit's decisions start at a flip-flop
-    per class rather than at a decode of the opcode (docs/fpga.md, step 39)."""
+    per class rather than at a decode of the opcode (docs/fpga-timing.md, step 39)."""
     nop:     1
     ret:     1
     dma:     1      #: DMA_LOAD or DMA_STORE with a defined GMEM base

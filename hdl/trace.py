@@ -75,7 +75,7 @@ class TraceFifo(wiring.Component):
         two cycles after sampling and samples the next access's value five cycles after
         the last's). From the block RAM through its bypass and the word selection
         straight into the CSR bank's read groups was 11.05 ns of step 36's best ULX3S
-        build (docs/fpga.md).
+        build (docs/fpga-timing.md).
     level : Out(16)
         Records held.
     dropped : Out(16)

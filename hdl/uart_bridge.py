@@ -161,7 +161,7 @@ class UartBridge(wiring.Component):
         # ... and registered in every cycle, so a word takes a cycle more (the *_HOLD
         # states): from the block RAM's output through the word register's choice
         # of its four sources, the UART bridge was 10.62 ns of 7a057ba's ULX3S build
-        # (docs/fpga.md, step 40).
+        # (docs/fpga-timing.md, step 40).
         buf_word = Signal(32, reset_less=True)
         m.d.sync += buf_word.eq(buf_r.data)
 
@@ -204,7 +204,7 @@ class UartBridge(wiring.Component):
             bus.we.eq(is_write),
             # The burst buffer's words go out from a register (EXEC_LOAD, RESP_LOAD),
             # not from the block RAM's output: its clock-to-output is most of a cycle
-            # on the ULX3S (docs/fpga.md, step 28).
+            # on the ULX3S (docs/fpga-timing.md, step 28).
             bus.dat_w.eq(word),
             bus.sel.eq(0b1111),
         ]

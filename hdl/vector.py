@@ -105,7 +105,7 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     lane, was the ULX3S build's worst path); cycle 2 registers the partial products
     (a :class:`Multiplier` of latency 1 each: on an ECP5 the DSP block's output
     register; with its input registers too, the operands' own inputs came later,
-    docs/fpga.md step 31); cycle 3 their shifted sum. The
+    docs/fpga-timing.md step 31); cycle 3 their shifted sum. The
     k-th partial product of ``terms_1`` and that of ``terms_0`` share a multiplier, so
     both sets cost as many multipliers as the larger. ``sel`` is sampled with the
     terms.
@@ -139,7 +139,7 @@ def _product_sum(m, sel, terms_1, terms_0, name):
         shifted.append(mul.p << o1 if o1 == o0 else Mux(sel_2, mul.p << o1, mul.p << o0))
     # Summed as a balanced tree: Python's sum() chains the adders, one carry chain
     # after another (the vector unit's most common late endpoints on the ULX3S at
-    # 3247880, docs/fpga.md step 35).
+    # 3247880, docs/fpga-timing.md step 35).
     while len(shifted) > 1:
         shifted = [shifted[k] + shifted[k + 1] if k + 1 < len(shifted) else shifted[k]
                    for k in range(0, len(shifted), 2)]
@@ -166,7 +166,7 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     # y - lo = (t >> 1) + (zp - lo) + round and y - (hi + 1) likewise, summed beside y:
     # their signs are the clamp's decisions, registered (below, the comparisons of the
     # registered y, 9-bit carry chains in front of the choice of the value, were the
-    # ULX3S build's worst paths at e964b34, 10.42 ns: docs/fpga.md, step 44).
+    # ULX3S build's worst paths at e964b34, 10.42 ns: docs/fpga-timing.md, step 44).
     zp_lo_1 = _register(m, zp - lo, f"{name}_zp_lo")
     zp_hi_1 = _register(m, zp - hi - 1, f"{name}_zp_hi")
     lo_1, hi_1 = _register(m, lo, f"{name}_lo_d1"), _register(m, hi, f"{name}_hi_d1")
@@ -175,7 +175,7 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     values, saturated = [], []
     for lane, prod in enumerate(prods):
         # The clamp's bounds, a copy per lane: one register read by every lane's
-        # comparisons spent 3 ns in wire on 198c8e5's ULX3S build (docs/fpga.md,
+        # comparisons spent 3 ns in wire on 198c8e5's ULX3S build (docs/fpga-timing.md,
         # step 38).
         lo_2 = copy(_register(m, lo_1, f"{name}{lane}_lo_d2"))
         hi_2 = copy(_register(m, hi_1, f"{name}{lane}_hi_d2"))
@@ -569,7 +569,7 @@ class VectorAlu(wiring.Component):
         # sampled with, so that the unit's first stage is placed apart from the
         # compute unit's data stage: a word went from there across the device into
         # stage 1's sums and comparisons (5.3 ns of wire in front of 10.4 to 10.5 ns
-        # paths, e0f2cb7's ULX3S build; 10.8 to 11.1 ns at 7a057ba's: docs/fpga.md
+        # paths, e0f2cb7's ULX3S build; 10.8 to 11.1 ns at 7a057ba's: docs/fpga-timing.md
         # step 41). Like stage 1's, the word loads with its valid bit. A row comes
         # from the MAC array's registers and goes straight into stage 1: a REQUANT
         # after every tile of a matmul keeps its cycles.
@@ -598,7 +598,7 @@ class VectorAlu(wiring.Component):
         zp_in = regs.zp_a
         # (Each comparison the sign of a 9-bit subtraction, `below`: the carry chain's
         # last bit is the answer, where `>` left three LUTs after it; 10.71 ns, the
-        # worst path of c475267's ULX3S build, docs/fpga.md step 38.)
+        # worst path of c475267's ULX3S build, docs/fpga-timing.md step 38.)
         pre = {
             "above":    Cat(below(pay.hi, lanes_in[j]) for j in range(lanes)),
             "below":    Cat(below(lanes_in[j], pay.lo) for j in range(lanes)),

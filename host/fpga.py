@@ -294,7 +294,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     seeds : int
         How many placements to make, with seeds ``seed``, ``seed + 1``, ...: the
         result is the one with the highest Fmax. Placement alone moves this design's
-        Fmax by several MHz (docs/fpga.md, step 37), so the best of a few placements
+        Fmax by several MHz (docs/fpga-timing.md, step 37), so the best of a few placements
         is what a timing-closure flow keeps. With more than one, each seed builds in
         ``<build_dir>/seed-<seed>``.
     jobs : int, optional
@@ -304,7 +304,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         Seconds each placement's build (Yosys, nextpnr, the packer) may take: one
         still running then is stopped, with every process it started, and left out
         of the result. nextpnr's router can spend most of an hour on one placement
-        that another seed routes in twenty minutes (docs/fpga.md, step 39). Default:
+        that another seed routes in twenty minutes (docs/fpga-timing.md, step 39). Default:
         none.
     sdf : bool
         Also have nextpnr write the routed design's delays (``routed.sdf`` in the build

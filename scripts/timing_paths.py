@@ -1,7 +1,7 @@
 """The longest register-to-register paths of the ULX3S build, in two minutes.
 
-nextpnr names the worst path of a design only once it has routed it, and the ULX3S
-build does not finish routing (``docs/fpga.md``). This script maps the board's core
+nextpnr names the worst path of a design only once it has routed it, and a route
+of the ULX3S build takes about two hours (``docs/fpga.md``). This script maps the board's core
 (``BoardCore``: the tile and its UART bridge, no PLL or I/O) to ECP5 cells with Yosys,
 the same flow as ``fusetile build``, and walks the netlist with a rough delay model,
 enough to rank paths and name the blocks they cross::
