@@ -8,8 +8,8 @@ register into it (``synth_ecp5`` has no DSP register packing), so the registers 
 in the fabric, and the path from one to the other crosses the routing twice around
 the multiplier's 3.9 ns. On the ULX3S build that was the worst path of the tile
 (15.4 ns from the MAC array's operand registers to its product registers: 65 MHz,
-``docs/fpga-timing.md``, steps 29 to 31). A lone MULT18X18D with its registers times at 651 MHz in nextpnr,
-the same with flip-flops around it at 147 MHz.
+``docs/fpga-timing.md``, steps 29 to 31). A lone MULT18X18D with its registers times
+at 651 MHz in nextpnr, the same with flip-flops around it at 147 MHz.
 
 The registers in the block have no reset (``GSR`` and the reset inputs off), like the
 flip-flops they replace (``reset_less``): they hold whatever they held until the
