@@ -331,10 +331,6 @@ class ComputeUnit(wiring.Component):
         total = Signal(16)      # steps of the current phase
         more = Signal()         # idx != total: kept in a register, set with idx, so that
                                 # the port's enable does not wait for a comparison
-        at_last = Signal()      # idx == total - 1, likewise (the subtraction and the
-                                # comparison were in front of r_step's `last`, the rough
-                                # model's worst path at ece685d: docs/fpga-timing.md, step 45);
-                                # not kept by VPOOL, whose `last` is its window's
         win_t = Signal(4)       # VPOOL: word of the window
         # ... and its last, `window - 1`, set when the command is accepted: worked out
         # from the operands in every cycle, it was in front of the window's end, the
@@ -407,10 +403,6 @@ class ComputeUnit(wiring.Component):
             against ``room`` (``limit - stride``) from ``start``."""
             return [ptr.eq((start + stride)[:len(ptr)]), out.eq(start >= room)]
 
-        def phase(steps):
-            """A phase of ``steps`` steps, from its first (``idx`` 0)."""
-            return [total.eq(steps), at_last.eq(steps == 1)]
-
         # The opcode, decoded as the command is accepted (below): one flip-flop per
         # operation, so that the issue and data stages start from registers rather
         # than from a six-bit comparison.
@@ -460,7 +452,7 @@ class ComputeUnit(wiring.Component):
         with m.Elif(is_op[MicroOp.MATMUL]):
             m.d.comb += first.eq((idx == 0) & ~mm.accumulate)
         with m.Else():
-            m.d.comb += [first.eq(idx == 0), last.eq(at_last)]
+            m.d.comb += [first.eq(idx == 0), last.eq(idx == total - 1)]
 
         # With fewer vector lanes than a word has, a row or a scaled word keeps the lane
         # multipliers for `passes` cycles: the next one issues no sooner.
@@ -511,7 +503,6 @@ class ComputeUnit(wiring.Component):
                 m.d.sync += [
                     idx.eq(idx + 1),
                     more.eq(idx + 1 != total),
-                    at_last.eq(idx + 2 == total),
                     *step(ptr_a, a_out, ptr_a, step_a, room_a),
                     *step(ptr_b, b_out, ptr_b, step_b, room_b),
                 ]
@@ -720,7 +711,6 @@ class ComputeUnit(wiring.Component):
             m.d.sync += [
                 idx.eq(w_count),
                 more.eq(w_count != total),
-                at_last.eq(w_count + 1 == total),
                 *point(ptr_a, a_out, Mux(is_op[MicroOp.VPOOL], w_row, base_a)),
                 *point(ptr_b, b_out, base_b),
                 win_t.eq(0),
@@ -732,7 +722,7 @@ class ComputeUnit(wiring.Component):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
                 m.d.sync += [load.eq(0), idx.eq(0), *point(ptr_a, a_out, base_a),
-                             *point(ptr_b, b_out, base_b), *phase(R), more.eq(1)]
+                             *point(ptr_b, b_out, base_b), total.eq(R), more.eq(1)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
 
@@ -777,7 +767,7 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.MATMUL):
                     m.d.sync += [
                         running.eq(pa.matmul.k != 0),
-                        *phase(pa.matmul.k),
+                        total.eq(pa.matmul.k),
                         *point(ptr_a, a_out, pa.matmul.a_addr),
                         *point(ptr_b, b_out, pa.matmul.b_addr),
                         step_a.eq(pa.matmul.a_stride),
@@ -789,7 +779,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(1),
                         load.eq(1),
-                        *phase(self.bias_words),
+                        total.eq(self.bias_words),
                         *start_at(base_a, ptr_a, a_out, pa.acc_bias.addr),
                     ]
                 with m.Case(MicroOp.REQUANT):
@@ -797,7 +787,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(1),
                         load.eq(rqa.per_channel),
-                        *phase(Mux(rqa.per_channel, self.table_words, R)),
+                        total.eq(Mux(rqa.per_channel, self.table_words, R)),
                         *start_at(base_a, ptr_a, a_out, rqa.param_addr),
                         *point(w_addr, w_out, rqa.out_addr),
                         w_stride.eq(rqa.out_stride),
@@ -806,7 +796,7 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.VADD):
                     m.d.sync += [
                         running.eq(pa.vadd.n != 0),
-                        *phase(pa.vadd.n),
+                        total.eq(pa.vadd.n),
                         *start_at(base_a, ptr_a, a_out, pa.vadd.a_addr),
                         *start_at(base_b, ptr_b, b_out, pa.vadd.b_addr),
                         *point(w_addr, w_out, pa.vadd.out_addr),
@@ -814,7 +804,7 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.VPOOL):
                     m.d.sync += [
                         running.eq((pa.vpool.n != 0) & (pa.vpool.window != 0)),
-                        *phase(pa.vpool.n),
+                        total.eq(pa.vpool.n),
                         win_last.eq(pa.vpool.window - 1),
                         *point(ptr_a, a_out, pa.vpool.in_addr),
                         step_a.eq(pa.vpool.in_stride),
@@ -827,21 +817,21 @@ class ComputeUnit(wiring.Component):
                 with m.Case(MicroOp.VCLAMP):
                     m.d.sync += [
                         running.eq(pa.vclamp.n != 0),
-                        *phase(pa.vclamp.n),
+                        total.eq(pa.vclamp.n),
                         *start_at(base_a, ptr_a, a_out, pa.vclamp.in_addr),
                         *point(w_addr, w_out, pa.vclamp.out_addr),
                     ]
                 with m.Case(MicroOp.VCMP):
                     m.d.sync += [
                         running.eq(1),
-                        *phase(p.steps),
+                        total.eq(p.steps),
                         *start_at(base_a, ptr_a, a_out, p.vcmp_word),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
                     m.d.sync += [
                         running.eq(va.n != 0),
-                        *phase(p.steps),
+                        total.eq(p.steps),
                         *start_at(base_a, ptr_a, a_out, va.addr),
                     ]
                 with m.Case(MicroOp.VCFG):
