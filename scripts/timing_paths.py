@@ -10,6 +10,7 @@ enough to rank paths and name the blocks they cross::
     .venv/bin/python scripts/timing_paths.py --path spad__part  # one path, net by net
     .venv/bin/python scripts/timing_paths.py --by-start       # the worst per starting block
     .venv/bin/python scripts/timing_paths.py --histogram      # endpoints by their delay
+    .venv/bin/python scripts/timing_paths.py --deepest        # what ends the deepest LUT chains
     .venv/bin/python scripts/timing_paths.py --netlist build/timing/mapped.json ...
 
 The model (ns, ECP5 speed grade 6, rounded): a LUT4 0.4, a routed net 0.8, a carry
@@ -174,6 +175,32 @@ class Netlist:
                         out.append((self.time(b) + SETUP, cn, port, b))
         return sorted(out, key=lambda e: -e[0])
 
+    def lut_levels(self):
+        """The LUT4 cells by their depth in LUTs from anything else (flip-flops, carry
+        chains, block RAMs, multipliers): {depth: [cell names]}. Yosys' ABC maps to the
+        least depth it can and then trades every path's spare levels for area, so the
+        deepest chain sets how deep every other path may come out."""
+        level = {}
+        for cn, c in self.cells.items():
+            if c["type"] != "LUT4" or cn in level:
+                continue
+            stack = [cn]
+            while stack:
+                top = stack[-1]
+                feeding = [d for _, b in self._inputs(self.cells[top])
+                           if (d := self.driver.get(b, (None,))[0]) is not None
+                           and self.cells[d]["type"] == "LUT4"]
+                todo = [d for d in feeding if d not in level]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                level[top] = 1 + max((level[d] for d in feeding), default=0)
+                stack.pop()
+        out = collections.defaultdict(list)
+        for cn, n in level.items():
+            out[n].append(cn)
+        return dict(out)
+
     def path(self, bit):
         """The nets of the slowest path into ``bit``, first to last: (time, name, cell)."""
         steps = []
@@ -225,11 +252,25 @@ def main(argv=None):
                         help="list only the worst path of each block paths start in")
     parser.add_argument("--histogram", action="store_true",
                         help="count the endpoints (bits of one register once) by delay")
+    parser.add_argument("--deepest", action="store_true",
+                        help="name the nets at the end of the deepest LUT chains")
     args = parser.parse_args(argv)
     netlist = Netlist(args.netlist or synthesize(args.board, args.out))
     ends = netlist.endpoints()
     counts = collections.Counter(c["type"] for c in netlist.cells.values())
     print("cells: " + ", ".join(f"{t} {n}" for t, n in counts.most_common()))
+    levels = netlist.lut_levels()
+    deepest = max(levels)
+    print("LUT4 by depth in LUTs: "
+          + ", ".join(f"{n}: {len(levels[n])}" for n in sorted(levels))
+          + f" (ABC lets every path grow to {deepest})")
+    if args.deepest:
+        ends = collections.Counter(
+            re.split(r"_TRELLIS|_LUT4|_CCU2|\$|\[", netlist.names.get(
+                netlist.cells[cn]["connections"]["Z"][0], cn))[0] for cn in levels[deepest])
+        for name, n in ends.most_common():
+            print(f"  {n:4d}  {name}")
+        return
     if args.path:
         found = [e for e in ends if args.path in e[1]]
         if not found:

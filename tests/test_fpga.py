@@ -572,7 +572,8 @@ def _script(name):
 
 def test_timing_paths_ranks_the_longest_path(tmp_path):
     """scripts/timing_paths.py on a hand-made netlist: a block RAM's output through two
-    LUTs into a flip-flop is slower than a flip-flop straight into another."""
+    LUTs into a flip-flop is slower than a flip-flop straight into another, and the
+    second LUT is two deep."""
     tp = _script("timing_paths")
     cells = {
         "ram": _cell("DP16KD", {"CLKA": [1]}, {"DOA0": [2]}),
@@ -592,6 +593,7 @@ def test_timing_paths_ranks_the_longest_path(tmp_path):
     assert worst == pytest.approx(tp.BRAM_OUT + 2 * (tp.LUT + tp.ROUTE) + tp.SETUP)
     assert other == pytest.approx(tp.FF_OUT + tp.SETUP)       # slow_q straight back
     assert [net for _, net, _ in n.path(bit)] == ["ram_out", "mid", "d"]
+    assert n.lut_levels() == {1: ["l1"], 2: ["l2"]}     # LUT4 by depth in LUTs
 
 
 def test_sdf_paths_times_the_routed_design(tmp_path):
