@@ -2,6 +2,7 @@
 held back, published in order, and a publish that shares GMEM's DMA side with reads."""
 
 import random
+from types import SimpleNamespace
 
 from amaranth.sim import Simulator
 
@@ -25,25 +26,42 @@ async def stage(ctx, dut, addrs):
     ctx.set(dut.speculate, 0)
 
 
-def test_publish_waits_for_dma_reads():
-    """Two speculative stores reach GMEM only on publish, in order, and never in a
-    cycle in which the DMA engine reads GMEM (the port reads or writes, not both)."""
+def run(bench):
+    """Run ``bench(ctx, dut)`` on a fresh buffer and watch its GMEM side: returns the
+    ``writes`` that reached GMEM (cycle, addr, data), the cycles of DMA ``reading``
+    and those with ``draining`` high. Every write claims the port."""
     dut = StagingBuffer(CONFIG)
-    writes = []          # (cycle, addr, data) of every write that reaches GMEM
-    reading = []         # cycles in which the DMA side reads
+    seen = SimpleNamespace(writes=[], reading=[], draining=[])
 
     async def monitor(ctx):
         cycle = 0
-        async for _, _, we, waddr, wdata, re, claim in ctx.tick().sample(
-                dut.gmem.we, dut.gmem.waddr, dut.gmem.wdata, dut.gmem.re, dut.gmem.wclaim):
+        async for _, _, we, waddr, wdata, re, claim, busy in ctx.tick().sample(
+                dut.gmem.we, dut.gmem.waddr, dut.gmem.wdata, dut.gmem.re, dut.gmem.wclaim,
+                dut.draining):
             if we:
                 assert claim
-                writes.append((cycle, waddr, wdata))
+                seen.writes.append((cycle, waddr, wdata))
             if re:
-                reading.append(cycle)
+                seen.reading.append(cycle)
+            if busy:
+                seen.draining.append(cycle)
             cycle += 1
 
-    async def bench(ctx):
+    async def testbench(ctx):
+        await bench(ctx, dut)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(monitor, background=True)
+    sim.add_testbench(testbench)
+    sim.run()
+    return seen
+
+
+def test_publish_waits_for_dma_reads():
+    """Two speculative stores reach GMEM only on publish, in order, and never in a
+    cycle in which the DMA engine reads GMEM (the port reads or writes, not both)."""
+    async def bench(ctx, dut):
         ctx.set(dut.speculate, 1)
         for addr, data in ((5, 0x55), (9, 0x99)):
             ctx.set(dut.dma.waddr, addr)
@@ -53,7 +71,7 @@ def test_publish_waits_for_dma_reads():
         ctx.set(dut.dma.we, 0)
         ctx.set(dut.speculate, 0)
         await ctx.tick().repeat(3)
-        assert writes == [] and ctx.get(dut.level) == 2
+        assert ctx.get(dut.level) == 2
         # Publish while the DMA engine reads for 5 cycles.
         ctx.set(dut.publish, 1)
         ctx.set(dut.dma.re, 1)
@@ -61,7 +79,7 @@ def test_publish_waits_for_dma_reads():
         await ctx.tick()
         ctx.set(dut.publish, 0)
         await ctx.tick().repeat(4)
-        assert ctx.get(dut.draining) and writes == []
+        assert ctx.get(dut.draining)
         ctx.set(dut.dma.re, 0)
         for _ in range(10):
             await ctx.tick()
@@ -69,28 +87,17 @@ def test_publish_waits_for_dma_reads():
                 break
         assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(monitor, background=True)
-    sim.add_testbench(bench)
-    sim.run()
-    assert [(a, d) for _, a, d in writes] == [(5, 0x55), (9, 0x99)]
-    assert not {c for c, _, _ in writes} & set(reading)
+    seen = run(bench)
+    assert [(a, d) for _, a, d in seen.writes] == [(5, 0x55), (9, 0x99)]
+    assert seen.writes[0][0] > seen.reading[-1]     # nothing before the reads ended
+    assert not {c for c, _, _ in seen.writes} & set(seen.reading)
 
 
 def test_discard_the_cycle_after_publish_writes_nothing():
     """The control unit publishes at COMMIT whatever else its cycle decides, and a
     fault or miss in that cycle discards the buffer a cycle later: no staged word
     reaches GMEM, and the buffer is empty and idle after."""
-    dut = StagingBuffer(CONFIG)
-    writes = []
-
-    async def monitor(ctx):
-        async for _, _, we, waddr in ctx.tick().sample(dut.gmem.we, dut.gmem.waddr):
-            if we:
-                writes.append(waddr)
-
-    async def bench(ctx):
+    async def bench(ctx, dut):
         await stage(ctx, dut, (5, 9, 12))
         ctx.set(dut.publish, 1)
         await ctx.tick()
@@ -103,46 +110,23 @@ def test_discard_the_cycle_after_publish_writes_nothing():
         assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
         assert not ctx.get(dut.overflow)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(monitor, background=True)
-    sim.add_testbench(bench)
-    sim.run()
-    assert writes == []
+    assert run(bench).writes == []
 
 
 def test_drain_takes_two_cycles_a_word_and_one_more():
     """With no DMA reads, ``n`` staged words drain in ``2 n + 1`` cycles: each entry is
     read, registered, then written (the next one read with the write), so the first
     write comes three cycles after the publish and the rest every other cycle."""
-    dut = StagingBuffer(CONFIG)
-    writes = []          # (cycle, addr) of every write that reaches GMEM
-    draining = []        # cycles with `draining` high
-
-    async def monitor(ctx):
-        cycle = 0
-        async for _, _, we, waddr, busy in ctx.tick().sample(
-                dut.gmem.we, dut.gmem.waddr, dut.draining):
-            if we:
-                writes.append((cycle, waddr))
-            if busy:
-                draining.append(cycle)
-            cycle += 1
-
-    async def bench(ctx):
+    async def bench(ctx, dut):
         await stage(ctx, dut, (5, 9, 12))
         ctx.set(dut.publish, 1)          # in cycle 3
         await ctx.tick()
         ctx.set(dut.publish, 0)
         await ctx.tick().repeat(12)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(monitor, background=True)
-    sim.add_testbench(bench)
-    sim.run()
-    assert writes == [(6, 5), (8, 9), (10, 12)]
-    assert draining == list(range(4, 4 + 2 * 3 + 1))
+    seen = run(bench)
+    assert [(c, a) for c, a, _ in seen.writes] == [(6, 5), (8, 9), (10, 12)]
+    assert seen.draining == list(range(4, 4 + 2 * 3 + 1))
 
 
 def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing():
@@ -153,20 +137,8 @@ def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing():
     addrs = list(range(40, 40 + CONFIG.staging_words))
     for _ in range(6):
         pattern = [rng.random() < 0.5 for _ in range(40)]
-        dut = StagingBuffer(CONFIG)
-        writes, reading = [], []
 
-        async def monitor(ctx):
-            cycle = 0
-            async for _, _, we, waddr, wdata, re in ctx.tick().sample(
-                    dut.gmem.we, dut.gmem.waddr, dut.gmem.wdata, dut.gmem.re):
-                if we:
-                    writes.append((cycle, waddr, wdata))
-                if re:
-                    reading.append(cycle)
-                cycle += 1
-
-        async def bench(ctx):
+        async def bench(ctx, dut):
             await stage(ctx, dut, addrs)
             ctx.set(dut.publish, 1)
             await ctx.tick()
@@ -178,10 +150,6 @@ def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing():
             await ctx.tick().repeat(2 * len(addrs) + 2)
             assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
 
-        sim = Simulator(dut)
-        sim.add_clock(1e-6)
-        sim.add_testbench(monitor, background=True)
-        sim.add_testbench(bench)
-        sim.run()
-        assert [(a, d) for _, a, d in writes] == [(a, a * 3) for a in addrs]
-        assert not {c for c, _, _ in writes} & set(reading)
+        seen = run(bench)
+        assert [(a, d) for _, a, d in seen.writes] == [(a, a * 3) for a in addrs]
+        assert not {c for c, _, _ in seen.writes} & set(seen.reading)
