@@ -259,7 +259,7 @@ def main(argv=None):
     ends = netlist.endpoints()
     counts = collections.Counter(c["type"] for c in netlist.cells.values())
     print("cells: " + ", ".join(f"{t} {n}" for t, n in counts.most_common()))
-    levels = netlist.lut_levels()
+    levels = netlist.lut_levels() or {0: []}
     deepest = max(levels)
     print("LUT4 by depth in LUTs: "
           + ", ".join(f"{n}: {len(levels[n])}" for n in sorted(levels))

@@ -27,9 +27,10 @@ async def stage(ctx, dut, addrs):
 
 
 def run(bench):
-    """Run ``bench(ctx, dut)`` on a fresh buffer and watch its GMEM side: returns the
-    ``writes`` that reached GMEM (cycle, addr, data), the cycles of DMA ``reading``
-    and those with ``draining`` high. Every write claims the port."""
+    """Run ``bench(ctx, dut, seen)`` on a fresh buffer and watch its GMEM side in
+    ``seen`` (returned): the ``writes`` that reached GMEM (cycle, addr, data), the
+    cycles of DMA ``reading`` and those with ``draining`` high. Every write claims the
+    port."""
     dut = StagingBuffer(CONFIG)
     seen = SimpleNamespace(writes=[], reading=[], draining=[])
 
@@ -48,7 +49,7 @@ def run(bench):
             cycle += 1
 
     async def testbench(ctx):
-        await bench(ctx, dut)
+        await bench(ctx, dut, seen)
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -61,7 +62,7 @@ def run(bench):
 def test_publish_waits_for_dma_reads():
     """Two speculative stores reach GMEM only on publish, in order, and never in a
     cycle in which the DMA engine reads GMEM (the port reads or writes, not both)."""
-    async def bench(ctx, dut):
+    async def bench(ctx, dut, seen):
         ctx.set(dut.speculate, 1)
         for addr, data in ((5, 0x55), (9, 0x99)):
             ctx.set(dut.dma.waddr, addr)
@@ -71,7 +72,7 @@ def test_publish_waits_for_dma_reads():
         ctx.set(dut.dma.we, 0)
         ctx.set(dut.speculate, 0)
         await ctx.tick().repeat(3)
-        assert ctx.get(dut.level) == 2
+        assert seen.writes == [] and ctx.get(dut.level) == 2
         # Publish while the DMA engine reads for 5 cycles.
         ctx.set(dut.publish, 1)
         ctx.set(dut.dma.re, 1)
@@ -79,7 +80,7 @@ def test_publish_waits_for_dma_reads():
         await ctx.tick()
         ctx.set(dut.publish, 0)
         await ctx.tick().repeat(4)
-        assert ctx.get(dut.draining)
+        assert ctx.get(dut.draining) and seen.writes == []
         ctx.set(dut.dma.re, 0)
         for _ in range(10):
             await ctx.tick()
@@ -97,7 +98,7 @@ def test_discard_the_cycle_after_publish_writes_nothing():
     """The control unit publishes at COMMIT whatever else its cycle decides, and a
     fault or miss in that cycle discards the buffer a cycle later: no staged word
     reaches GMEM, and the buffer is empty and idle after."""
-    async def bench(ctx, dut):
+    async def bench(ctx, dut, seen):
         await stage(ctx, dut, (5, 9, 12))
         ctx.set(dut.publish, 1)
         await ctx.tick()
@@ -117,7 +118,7 @@ def test_drain_takes_two_cycles_a_word_and_one_more():
     """With no DMA reads, ``n`` staged words drain in ``2 n + 1`` cycles: each entry is
     read, registered, then written (the next one read with the write), so the first
     write comes three cycles after the publish and the rest every other cycle."""
-    async def bench(ctx, dut):
+    async def bench(ctx, dut, seen):
         await stage(ctx, dut, (5, 9, 12))
         ctx.set(dut.publish, 1)          # in cycle 3
         await ctx.tick()
@@ -138,7 +139,7 @@ def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing():
     for _ in range(6):
         pattern = [rng.random() < 0.5 for _ in range(40)]
 
-        async def bench(ctx, dut):
+        async def bench(ctx, dut, seen):
             await stage(ctx, dut, addrs)
             ctx.set(dut.publish, 1)
             await ctx.tick()
