@@ -200,6 +200,17 @@ class Dma(wiring.Component):
         # a stall it keeps the stalled access's offset while the issue stage goes on.
         port_offset = Signal(_ADDR_BITS)
         w_spad_oob = Signal()
+        # What the offset becomes unless the port's access stalls, from the engine's
+        # registers only; a stall keeps the offset. The stall comes through the
+        # scratchpad's arbitration from the compute unit's requests: chosen in the
+        # last LUT, not in front of the engine's decisions, it is not in series with
+        # them (it was, in the deepest LUT chains of the design: `port_offset`, 7
+        # LUTs from the compute unit's registers in `scripts/timing_paths.py
+        # --deepest`, docs/fpga-timing.md step 46).
+        next_offset = Signal(_ADDR_BITS)
+        m.d.comb += next_offset.eq(port_offset)
+        with m.If(~self.spad.stall):
+            m.d.sync += port_offset.eq(next_offset)
         # The access on the port this cycle is one that stalled in the last: a load
         # repeats its write, and the issue stage waits while it is replayed.
         again = Signal()
@@ -254,8 +265,8 @@ class Dma(wiring.Component):
             # Likewise the partition test. A store's port offset is a copy, except
             # that it keeps a stalled read's offset for the replay.
             m.d.sync += [saddr.eq(value[:len(saddr)]), spad_oob.eq(outside)]
-            with m.If(store & ~self.spad.stall):
-                m.d.sync += port_offset.eq(value[:len(saddr)])
+            with m.If(store):
+                m.d.comb += next_offset.eq(value[:len(saddr)])
 
         def advance():
             # The issue stage leaves its word: whether the word's access stalls
@@ -311,8 +322,8 @@ class Dma(wiring.Component):
                     col.eq(0),
                     next_row_gaddr.eq(p.gmem_addr + p.gmem_stride),
                     next_row_saddr.eq(p.spad_addr + p.spad_stride),
-                    port_offset.eq(p.spad_addr),
                 ]
+                m.d.comb += next_offset.eq(p.spad_addr)
                 set_saddr(p.spad_addr, p.spad_addr >= self.limit)
                 set_gaddr(p.gmem_addr, p.gmem_addr >= cfg.gmem_words)
 
@@ -352,6 +363,13 @@ class Dma(wiring.Component):
             ]
             with m.If(issue):
                 advance()
+            # The port's next word, unless this cycle's write stalls (which keeps the
+            # offset, above) or faults (which stops the engine): the replay's, else the
+            # issue stage's.
+            with m.If(reread):
+                m.d.comb += next_offset.eq(prev_saddr)
+            with m.Elif(issuing & ~gmem_oob):
+                m.d.comb += next_offset.eq(saddr)
             with m.If(write_fault):
                 stop(FaultCause.PARTITION, port_offset)
             with m.Elif(write_stall):
@@ -360,14 +378,12 @@ class Dma(wiring.Component):
                 m.d.sync += [wvalid.eq(1), again.eq(1), reread.eq(reread | issue)]
             with m.Elif(reread):
                 # The replay is written: the word read again now is written next.
-                m.d.sync += [wvalid.eq(1), port_offset.eq(prev_saddr),
-                             w_spad_oob.eq(prev_spad_oob)]
+                m.d.sync += [wvalid.eq(1), w_spad_oob.eq(prev_spad_oob)]
             with m.Elif(issuing):
                 with m.If(gmem_oob):
                     stop(FaultCause.GMEM_RANGE, gaddr)
                 with m.Else():
-                    m.d.sync += [wvalid.eq(1), port_offset.eq(saddr),
-                                 w_spad_oob.eq(spad_oob)]
+                    m.d.sync += [wvalid.eq(1), w_spad_oob.eq(spad_oob)]
             with m.Elif(wvalid):
                 m.d.sync += running.eq(0)       # the last word is written this cycle
 
@@ -395,8 +411,7 @@ class Dma(wiring.Component):
             with m.If(again):
                 # A replay: the issue stage waits. Once it is read, the port moves on
                 # to the issue stage's word.
-                with m.If(~self.spad.stall):
-                    m.d.sync += port_offset.eq(saddr)
+                m.d.comb += next_offset.eq(saddr)
             with m.Elif(issuing):
                 with m.If(gmem_oob | spad_oob):
                     m.d.sync += [
