@@ -410,7 +410,13 @@ class ComputeUnit(wiring.Component):
                  if o not in (MicroOp.NOP, MicroOp.RET, MicroOp.DMA_LOAD, MicroOp.DMA_STORE,
                               MicroOp.WAIT)}
         vec_op = Signal(VectorOp)
-        rows_phase = is_op[MicroOp.REQUANT] & ~load
+        # Which operand words a step reads, likewise registers: REQUANT's rows phase
+        # (after its table, if any) reads none, every other step an `a` word, and
+        # MATMUL's and VADD's a `b` word too. Worked out from `load` and the opcode,
+        # they were a LUT in front of the ports' requests, which go through the
+        # scratchpad's arbitration into the DMA engine's decisions.
+        rows_phase = Signal()
+        reads_b = Signal()
 
         issuing = Signal()
         m.d.comb += issuing.eq(running & ~rfault & more)
@@ -418,7 +424,7 @@ class ComputeUnit(wiring.Component):
         issue_now = issuing & ~wait_pass
 
         need_a = ~rows_phase
-        need_b = (is_op[MicroOp.MATMUL] | is_op[MicroOp.VADD]) & ~load
+        need_b = reads_b
         want_a = issue_now & need_a & ~a_have
         want_b = issue_now & need_b & ~b_have
         for port, want, off, out in ((self.a, want_a, ptr_a, a_out),
@@ -618,6 +624,19 @@ class ComputeUnit(wiring.Component):
         alu_pipe, alu_out = _shift_reg(m, "alu_pipe", alu.latency,
                                        d_step.valid & vector & (writes_word | d_step.last),
                                        squash)
+        # The steps whose result is a word to write (VADD's and VCLAMP's every step,
+        # VPOOL's last of a window), in a pipe of their own beside `alu_pipe`. The ALU's
+        # and the requantiser's `valid` come in the same cycles as these pipes' bits
+        # (the same latency, from the same steps) but are not cleared by `squash`, so
+        # they add nothing to a pipe's last bit; with the choice by operation and the
+        # valid bits in front of it, the write port's request was three LUTs from
+        # flip-flops, on the way through the scratchpad's arbitration into the DMA
+        # engine's decisions (`scripts/timing_paths.py --deepest`, docs/fpga-timing.md
+        # step 46). One command runs at a time, so only its own pipe has bits.
+        _, word_out = _shift_reg(m, "word_pipe", alu.latency,
+                                 d_step.valid & (writes_word |
+                                                 (is_op[MicroOp.VPOOL] & d_step.last)),
+                                 squash)
 
         # -- write stage ----------------------------------------------------------------
         result = Signal()       # a result word is due this cycle
@@ -625,15 +644,14 @@ class ComputeUnit(wiring.Component):
         sat = Signal(range(wb + 1))
         rq_value = alu.rq_o.payload.value.as_value()
         rq_sat = alu.rq_o.payload.saturated
+        m.d.comb += result.eq(rq_out | word_out)
         with m.If(rows_phase):
             m.d.comb += [
-                result.eq(rq_out & alu.rq_o.valid),
                 wdata.eq(rq_value[:8 * C]),             # lanes >= cols are 0
                 sat.eq(sum(rq_sat[j] for j in range(C))),
             ]
         with m.Else():
             m.d.comb += [
-                result.eq(alu_out & alu.o.valid & (writes_word | is_op[MicroOp.VPOOL])),
                 wdata.eq(alu.o.payload.word.as_value()),
                 sat.eq(alu.o.payload.sat_count),
             ]
@@ -721,8 +739,9 @@ class ComputeUnit(wiring.Component):
             with m.If(rfault):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
-                m.d.sync += [load.eq(0), idx.eq(0), *point(ptr_a, a_out, base_a),
-                             *point(ptr_b, b_out, base_b), total.eq(R), more.eq(1)]
+                m.d.sync += [load.eq(0), rows_phase.eq(1), idx.eq(0),
+                             *point(ptr_a, a_out, base_a), *point(ptr_b, b_out, base_b),
+                             total.eq(R), more.eq(1)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
 
@@ -754,6 +773,8 @@ class ComputeUnit(wiring.Component):
                 more.eq(1),         # every command that runs has a step
                 win_t.eq(0),
                 load.eq(0),
+                rows_phase.eq(0),
+                reads_b.eq((p.op == MicroOp.MATMUL) | (p.op == MicroOp.VADD)),
                 rfault.eq(0),
                 w_count.eq(0),
                 w_stride.eq(1),
@@ -787,6 +808,7 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(1),
                         load.eq(rqa.per_channel),
+                        rows_phase.eq(~rqa.per_channel),
                         total.eq(Mux(rqa.per_channel, self.table_words, R)),
                         *start_at(base_a, ptr_a, a_out, rqa.param_addr),
                         *point(w_addr, w_out, rqa.out_addr),
