@@ -417,6 +417,8 @@ class ComputeUnit(wiring.Component):
         # scratchpad's arbitration into the DMA engine's decisions.
         rows_phase = Signal()
         reads_b = Signal()
+        writes_flag = Signal()
+        flag_sel = Signal.like(self.flag_sel)
 
         issuing = Signal()
         m.d.comb += issuing.eq(running & ~rfault & more)
@@ -681,12 +683,16 @@ class ComputeUnit(wiring.Component):
             ]
 
         # Flag and index registers: a VARGMAX with `test` writes both in one cycle.
-        # An abort cancels them as the scratchpad cancels the cycle's accesses.
-        written = running & alu_out & alu.o.valid & ~self.abort
+        # An abort cancels them as the scratchpad cancels the cycle's accesses. Whether
+        # a result writes a flag, and which, are registers set as the command is
+        # accepted (`writes_flag`, `flag_sel`), and the ALU's `valid` comes with
+        # `alu_out` (see `word_pipe`): the flag write goes to the control unit's
+        # speculation guard, the miss decision and all that a miss abandons, the routed
+        # worst path of step 46's ULX3S build (docs/fpga-timing.md).
+        written = running & alu_out & ~self.abort
         m.d.comb += [
-            self.flag_we.eq(written &
-                            (is_op[MicroOp.VCMP] | (is_op[MicroOp.VARGMAX] & vargmax.test))),
-            self.flag_sel.eq(Mux(is_op[MicroOp.VARGMAX], vargmax.flag, vcmp.flag)),
+            self.flag_we.eq(written & writes_flag),
+            self.flag_sel.eq(flag_sel),
             self.flag_value.eq(alu.o.payload.flag),
             self.index_we.eq(written & is_op[MicroOp.VARGMAX]),
             self.index_sel.eq(vargmax.index),
@@ -775,6 +781,9 @@ class ComputeUnit(wiring.Component):
                 load.eq(0),
                 rows_phase.eq(0),
                 reads_b.eq((p.op == MicroOp.MATMUL) | (p.op == MicroOp.VADD)),
+                writes_flag.eq((p.op == MicroOp.VCMP) |
+                               ((p.op == MicroOp.VARGMAX) & pa.vargmax.test)),
+                flag_sel.eq(Mux(p.op == MicroOp.VARGMAX, pa.vargmax.flag, pa.vcmp.flag)),
                 rfault.eq(0),
                 w_count.eq(0),
                 w_stride.eq(1),
