@@ -417,6 +417,7 @@ class ComputeUnit(wiring.Component):
         # scratchpad's arbitration into the DMA engine's decisions.
         rows_phase = Signal()
         reads_b = Signal()
+        # Whether a result writes a flag, and which (see `written`, below).
         writes_flag = Signal()
         flag_sel = Signal.like(self.flag_sel)
 
@@ -630,11 +631,11 @@ class ComputeUnit(wiring.Component):
         # VPOOL's last of a window), in a pipe of their own beside `alu_pipe`. The ALU's
         # and the requantiser's `valid` come in the same cycles as these pipes' bits
         # (the same latency, from the same steps) but are not cleared by `squash`, so
-        # they add nothing to a pipe's last bit; with the choice by operation and the
-        # valid bits in front of it, the write port's request was three LUTs from
-        # flip-flops, on the way through the scratchpad's arbitration into the DMA
-        # engine's decisions (`scripts/timing_paths.py --deepest`, docs/fpga-timing.md
-        # step 46). One command runs at a time, so only its own pipe has bits.
+        # they add nothing to a pipe's last bit. With them and the choice by operation,
+        # the write port's request had eleven inputs, on the way through the
+        # scratchpad's arbitration into the DMA engine's decisions
+        # (`scripts/timing_paths.py --deepest`, docs/fpga-timing.md step 46); it has
+        # four. One command runs at a time, so only its own pipe has bits.
         _, word_out = _shift_reg(m, "word_pipe", alu.latency,
                                  d_step.valid & (writes_word |
                                                  (is_op[MicroOp.VPOOL] & d_step.last)),
