@@ -715,8 +715,16 @@ class ComputeUnit(wiring.Component):
             self.macs.eq(mac.macs),
             self.stalls.eq((self.a.en & self.a.stall) | (self.b.en & self.b.stall) |
                            w_stalled),
-            mac.bias_valid.eq(drained & ~rfault & load & is_op[MicroOp.ACC_BIAS]),
         ]
+        # ACC_BIAS loads the bias when its words are in and the MAC array is idle:
+        # `drained` less the vector unit's pipes, which a command starts only once the
+        # one before has drained, and which ACC_BIAS puts nothing in. (`drained`'s wide
+        # ORs of the pipes' bits, in front of the bias's fan-out to every accumulator's
+        # load, were 10.9 to 11.0 ns of 6fd2928's ULX3S build: docs/fpga-timing.md,
+        # step 47.)
+        m.d.comb += mac.bias_valid.eq(running & ~rfault & ~more & ~r_step.valid &
+                                      ~d_step.valid & ~mac.busy & load &
+                                      is_op[MicroOp.ACC_BIAS])
 
         def stop(cause, addr, part_):
             m.d.sync += [

@@ -22,8 +22,8 @@ Why the arithmetic is laid out as it is:
 
 * multipliers are split into 16-bit pieces whose products each fit one FPGA DSP block
   (18x18 or 25x18 signed; unsigned 16-bit pieces are 17-bit signed operands), with a
-  register on every product and one on their sum, so synthesis can use the DSP's own
-  pipeline registers;
+  register on every product (the DSP's own), another beside the adders, and one on
+  their sum;
 * ``round_half_even(p / 2**(31 + s))`` is computed from the arithmetic right shift
   ``t = p >> (30 + s)`` (whose bit 0 is the rounding bit) and a sticky bit (any of the
   bits below it set): round up iff ``t[0] & (sticky | t[1])``; no wide adder of
@@ -37,6 +37,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..kernels import config as tile_config
 from ..kernels.config import TileConfig
 from ..kernels.isa import CmpOp
 from .compare import below
@@ -93,9 +94,14 @@ def _pieces(value):
     return pieces
 
 
+#: Cycles :func:`_product_sum` takes.
+_PRODUCT_STAGES = 4
+
+
 def _product_sum(m, sel, terms_1, terms_0, name):
     """``sum(a * b for a, b in terms_1)`` if ``sel`` else the same over ``terms_0``,
-    from one set of multipliers, three cycles after the terms' values are given.
+    from one set of multipliers, ``_PRODUCT_STAGES`` (4) cycles after the terms' values
+    are given.
 
     The terms are the stage's operand registers (their inputs, a cycle sooner, put
     VPOOL's merge in front of every multiplier: the ULX3S build's worst paths, step
@@ -105,7 +111,11 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     lane, was the ULX3S build's worst path); cycle 2 registers the partial products
     (a :class:`Multiplier` of latency 1 each: on an ECP5 the DSP block's output
     register; with its input registers too, the operands' own inputs came later,
-    docs/fpga-timing.md step 31); cycle 3 their shifted sum. The
+    docs/fpga-timing.md step 31); cycle 3 registers them again, in the fabric beside
+    the adders (from the DSP's output register to the first adder's LUTs was 5 to
+    6 ns of wire alone, in front of the adders' carry chains: the worst paths of
+    6fd2928's ULX3S build, 11.68 ns, docs/fpga-timing.md step 47); cycle 4 their
+    shifted sum. The
     k-th partial product of ``terms_1`` and that of ``terms_0`` share a multiplier, so
     both sets cost as many multipliers as the larger. ``sel`` is sampled with the
     terms.
@@ -127,16 +137,17 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     for a1, b1, o1 in part_1:
         k = next((k for k, (_, _, o0) in enumerate(part_0) if o0 in (o1, None)), 0)
         shared.append(((a1, b1, o1), part_0.pop(k)))
-    sel_2 = _delay(m, sel, 2, f"{name}_sel")
+    sel_3 = _delay(m, sel, 3, f"{name}_sel")
     shifted = []
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(shared):
         x = _register(m, Mux(sel, a1, a0), f"{name}_x{k}")
         y = _register(m, Mux(sel, b1, b0), f"{name}_y{k}")
         m.submodules[f"{name}_mul{k}"] = mul = Multiplier(x.shape(), y.shape(), latency=1)
         m.d.comb += [mul.a.eq(x), mul.b.eq(y)]
+        p = _register(m, mul.p, f"{name}_p{k}")
         o1 = o0 if o1 is None else o1
         o0 = o1 if o0 is None else o0
-        shifted.append(mul.p << o1 if o1 == o0 else Mux(sel_2, mul.p << o1, mul.p << o0))
+        shifted.append(p << o1 if o1 == o0 else Mux(sel_3, p << o1, p << o0))
     # Summed as a balanced tree: Python's sum() chains the adders, one carry chain
     # after another (the vector unit's most common late endpoints on the ULX3S at
     # 3247880, docs/fpga-timing.md step 35).
@@ -417,8 +428,9 @@ class VectorAlu(wiring.Component):
     mult / 2**(31 + shift)), lo, hi)``. A row presented on ``rq`` in cycle ``t`` is on
     ``rq_o`` (``valid`` high, payload registered) in cycle ``t + REQUANT_LATENCY``;
     rows may follow each other in consecutive cycles. Pipeline: input registers; the
-    multipliers' operand registers; partial products (4 per lane, 16 x 16 bits);
-    their sum; shift and sticky; rounding and zero point; clamp.
+    multipliers' operand registers; partial products (4 per lane, 16 x 16 bits), in
+    the DSP blocks and again beside the adders; their sum; shift and sticky; rounding
+    and zero point; clamp.
 
     The rows and the scaled words (VADD, VPOOL average) share the lane multipliers
     and everything after them; ``requant`` says which of the two they serve. A row
@@ -468,15 +480,15 @@ class VectorAlu(wiring.Component):
     after the previous one (the compute unit paces them); the other words still come
     one per cycle.
 
-    Pipeline (``LATENCY`` = 10 with P = 1): the word's and ``regs``' input registers
+    Pipeline (``LATENCY`` = 11 with P = 1): the word's and ``regs``' input registers
     (stage 0); input registers again, with VCLAMP's comparisons and VPOOL's pair sums
     and maxima (stage 1, where a row starts); operand preparation and the reductions
     (VPOOL's merge, VCLAMP's selection); the multipliers' operand registers; partial
-    products; the products' sum; shift and sticky; rounding and zero point; clamp;
-    output register. VADD is
+    products, in the DSP blocks and again beside the adders; the products' sum; shift
+    and sticky; rounding and zero point; clamp; output register. VADD is
     ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
     ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers. Beside stages
-    2..8, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
+    2..9, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
     tree per stage (three stages for 8 lanes, four for 16; beyond, two or more levels
     per stage), merge it with the best so far the next stage and compare or test the
     result the stage after that.
@@ -519,12 +531,16 @@ class VectorAlu(wiring.Component):
 
     #: Cycles from the word completing a result on ``i`` to the result on ``o``, with a
     #: lane multiplier per lane (:attr:`latency` in general).
-    LATENCY = 10
+    LATENCY = tile_config.VECTOR_LATENCY
     #: Cycles from a row on ``rq`` to its result on ``rq_o``, with a lane multiplier
     #: per lane (:attr:`requant_latency` in general).
-    REQUANT_LATENCY = 7
+    REQUANT_LATENCY = tile_config.REQUANT_LATENCY
+    #: The stage of a scaled word's result (its last group's, with more than one
+    #: pass): stage 2's operands, the products' stages, then shift and sticky,
+    #: rounding and zero point, clamp. The output register comes after it.
+    _RESULT_STAGE = 2 + _PRODUCT_STAGES + 3
     #: At most this many registers on the lane tree of VCMP and VARGMAX, so that the
-    #: merge (a stage) and the comparison (a stage) are done by stage 8.
+    #: merge (a stage) and the comparison (a stage) are done by the result stage.
     _TREE_STAGES = 4
 
     def __init__(self, config):
@@ -549,12 +565,12 @@ class VectorAlu(wiring.Component):
     @property
     def latency(self):
         """Cycles from the word completing a result on ``i`` to the result on ``o``."""
-        return self.LATENCY + self._config.vector_passes - 1
+        return self._config.vector_latency
 
     @property
     def requant_latency(self):
         """Cycles from a row on ``rq`` to its result on ``rq_o``."""
-        return self.REQUANT_LATENCY + self._config.vector_passes - 1
+        return self._config.requant_latency
 
     def elaborate(self, platform):
         lanes = self._config.word_bytes
@@ -700,8 +716,8 @@ class VectorAlu(wiring.Component):
         # The word's own maximum, a level of the lane tree per stage (one compare and
         # select per cycle), then its merge with the best so far, then VCMP's
         # comparison and VARGMAX's test: all of them in one or two stages were the
-        # tile's longest paths. Up to 16 lanes, everything is done by stage 8, so
-        # LATENCY does not change.
+        # tile's longest paths. Up to 16 lanes, everything is done by the result
+        # stage, so LATENCY does not change.
         word_max, word_arg, tree = _argmax(m, masked, self._TREE_STAGES, "word")
 
         def beside_tree(value, name):
@@ -801,7 +817,7 @@ class VectorAlu(wiring.Component):
                 ]
         m.d.sync += [opa.eq(opa_next), opb.eq(opb_next), s2_regs.eq(s2_regs_next)]
 
-        # Stages 3..8 (a row's 2..7): (opa * MULT_A + opb * MULT_B), or a row's
+        # Stages 3..9 (a row's 2..8): (opa * MULT_A + opb * MULT_B), or a row's
         # acc * mult, requantised, on the same multipliers (the lanes of a group),
         # which take their operands from the operand registers, `requant` registered
         # with them. (From the registers' inputs, a cycle sooner, VPOOL's merge and a
@@ -814,10 +830,10 @@ class VectorAlu(wiring.Component):
         # The shift a cycle sooner than the others: _round_clamp registers it.
         shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), delay, f"scale_{name}")
                              for of_row, of_word, name, delay in (
-                                 (row.shift, s2_regs.shift, "shift", 2),
-                                 (row.zp, s2_regs.zp_out, "zp", 3),
-                                 (row.lo, s2_regs.lo, "lo", 3),
-                                 (row.hi, s2_regs.hi, "hi", 3)))
+                                 (row.shift, s2_regs.shift, "shift", _PRODUCT_STAGES - 1),
+                                 (row.zp, s2_regs.zp_out, "zp", _PRODUCT_STAGES),
+                                 (row.lo, s2_regs.lo, "lo", _PRODUCT_STAGES),
+                                 (row.hi, s2_regs.hi, "hi", _PRODUCT_STAGES)))
         scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
         if tail:
             # The groups before the last, oldest lowest: with the last one, the word.
@@ -840,39 +856,41 @@ class VectorAlu(wiring.Component):
             self.rq_o.payload.saturated.eq(Cat(*saturated)),
         ]
 
-        # Stage 9: output register; pairs leave the upper half of the lanes 0. (With
-        # more than one pass, "stage 8" is the cycle of a scaled word's last group.)
+        # The result stage (9): what goes into the output register, where pairs leave
+        # the upper half of the lanes 0. (With more than one pass, the cycle of a scaled
+        # word's last group.)
+        at_result = self._RESULT_STAGE - 2 + tail     # cycles from stage 2
         valid = [s2_valid]                      # valid[k]: stage 2 + k
-        for k in range(1, 7 + tail):
+        for k in range(1, at_result + 1):
             valid.append(_register(m, valid[-1], f"s{k + 2}_valid", reset_less=False))
-        s8_valid = valid[6 + tail]
-        s8_op = _delay(m, s2_op, 6 + tail, "op")
-        s8_scaled = _delay(m, s2_scaled, 6 + tail, "scaled")
-        s8_pairs = _delay(m, s2_pairs, 6 + tail, "pairs")
-        s8_word = _delay(m, word, 6 + tail, "word")
-        s8_flag = _delay(m, flag, 5 - tree + tail, "flag")          # flag: stage tree + 3
-        s8_index = _delay(m, best_index, 6 - tree + tail, "index")  # best_index: tree + 2
-        s8_upper = Signal(name="s8_upper")      # the upper lanes are 0 (VPOOL pairs)
-        m.d.comb += s8_upper.eq((s8_op == VectorOp.VPOOL) & s8_pairs)
+        res_valid = valid[at_result]
+        res_op = _delay(m, s2_op, at_result, "op")
+        res_scaled = _delay(m, s2_scaled, at_result, "scaled")
+        res_pairs = _delay(m, s2_pairs, at_result, "pairs")
+        res_word = _delay(m, word, at_result, "word")
+        res_flag = _delay(m, flag, at_result - tree - 1, "flag")           # stage tree + 3
+        res_index = _delay(m, best_index, at_result - tree, "index")       # stage tree + 2
+        res_upper = Signal(name="res_upper")    # the upper lanes are 0 (VPOOL pairs)
+        m.d.comb += res_upper.eq((res_op == VectorOp.VPOOL) & res_pairs)
 
         out = self.o.payload
         out_sat = []
         for j in range(lanes):
-            zero = s8_upper if j >= half else Const(0)
-            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(s8_scaled, scaled[j], s8_word[j])))
-            out_sat.append(~zero & s8_scaled & saturated[j])
+            zero = res_upper if j >= half else Const(0)
+            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(res_scaled, scaled[j], res_word[j])))
+            out_sat.append(~zero & res_scaled & saturated[j])
         m.d.sync += [
-            self.o.valid.eq(s8_valid),
-            out.op.eq(s8_op),
+            self.o.valid.eq(res_valid),
+            out.op.eq(res_op),
             out.saturated.eq(Cat(*out_sat)),
             out.sat_count.eq(sum(out_sat)),
-            out.flag.eq(((s8_op == VectorOp.VCMP) | (s8_op == VectorOp.VARGMAX)) & s8_flag),
-            out.index.eq(Mux(s8_op == VectorOp.VARGMAX, s8_index, 0)),
+            out.flag.eq(((res_op == VectorOp.VCMP) | (res_op == VectorOp.VARGMAX)) & res_flag),
+            out.index.eq(Mux(res_op == VectorOp.VARGMAX, res_index, 0)),
         ]
 
         # Every accepted word, reductions included, passes stages 0 and 1 and sets
         # `busy`; a VCMP or VARGMAX word goes through the lane tree to its merge;
-        # stages 2..8 carry only words that produce a result.
+        # stages 2..9 carry only words that produce a result.
         m.d.comb += self.busy.eq(Cat(i_valid, s1_valid, *in_tree, *valid,
                                      *row_valids[:-1]).any())
         return m

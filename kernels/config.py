@@ -11,7 +11,20 @@ import hashlib
 import json
 
 
-__all__ = ["TileConfig"]
+__all__ = ["TileConfig", "MAC_LATENCY", "VECTOR_LATENCY", "REQUANT_LATENCY"]
+
+
+# The units' pipeline depths, which the gateware is built to (hdl/mac_array.py,
+# hdl/vector.py) and the golden model's cycles follow (kernels/model.py).
+
+#: Cycles from the MAC array accepting a step to the first cycle ACC includes it.
+MAC_LATENCY = 4
+#: Cycles from the vector unit taking the word that completes a result to the result,
+#: with a lane multiplier per lane (:attr:`TileConfig.vector_latency` in general).
+VECTOR_LATENCY = 11
+#: Cycles from an ACC row into the requantiser to its int8 row, with a lane
+#: multiplier per lane (:attr:`TileConfig.requant_latency` in general).
+REQUANT_LATENCY = 8
 
 
 def _is_pow2(n):
@@ -165,6 +178,18 @@ class TileConfig:
     def vector_passes(self):
         """Cycles the vector unit's multipliers take per row or scaled word."""
         return self.word_bytes // self.scaler_lanes
+
+    @property
+    def vector_latency(self):
+        """Cycles from the vector unit taking the word that completes a result to the
+        result: a scaled word's last group comes :attr:`vector_passes` - 1 cycles
+        after its first."""
+        return VECTOR_LATENCY + self.vector_passes - 1
+
+    @property
+    def requant_latency(self):
+        """Cycles from an ACC row into the requantiser to its int8 row."""
+        return REQUANT_LATENCY + self.vector_passes - 1
 
     def as_dict(self):
         return asdict(self)

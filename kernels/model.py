@@ -47,22 +47,23 @@ as an issue does:
 =========  ====================================================  ========
 op         busy cycles (``extra``)                               unit
 =========  ====================================================  ========
-MATMUL     ``k + 4`` (array latency 3; 0 if ``k == 0``)          MAC
+MATMUL     ``k + 5`` (array latency 4; 0 if ``k == 0``)          MAC
 ACC_BIAS   words of bias + 2                                     MAC
-REQUANT    ``R + 7``; per-channel, parameter words + 1 more      vector
-VADD       ``n + 11`` (vector unit latency 10; 0 if ``n == 0``)  vector
-VPOOL      ``n * window + 11`` (0 if ``n == 0``)                 vector
-VCLAMP     ``n + 11`` (0 if ``n == 0``)                          vector
-VCMP       words read + 11                                       vector
-VARGMAX    words read + 11 (``n`` words with ``column``)         vector
+REQUANT    ``R + 8``; per-channel, parameter words + 1 more      vector
+VADD       ``n + 12`` (vector unit latency 11; 0 if ``n == 0``)  vector
+VPOOL      ``n * window + 12`` (0 if ``n == 0``)                 vector
+VCLAMP     ``n + 12`` (0 if ``n == 0``)                          vector
+VCMP       words read + 12                                       vector
+VARGMAX    words read + 12 (``n`` words with ``column``)         vector
 VCFG       0                                                     --
 =========  ====================================================  ========
 
 With fewer vector lanes than bytes in a word (P = ``vector_passes`` > 1) a row or a
 scaled word takes P cycles of the lane multipliers and every vector result comes
-P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 11``, an
-average VPOOL ``(n - 1) * max(window, P) + window + 10 + P``, the other vector
-operations ``P - 1`` more than above.
+P - 1 cycles later, as in the RTL: REQUANT ``R * P + 8``, VADD ``n * P + 12``, an
+average VPOOL ``(n - 1) * max(window, P) + window + 11 + P``, the other vector
+operations ``P - 1`` more than above. (The latencies are
+:mod:`fusetile.kernels.config`'s, which the gateware is built to.)
 
 MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
@@ -95,7 +96,7 @@ import numpy as np
 
 from . import arith
 from .operands import illegal_operands, operand_ends
-from .config import TileConfig
+from .config import TileConfig, MAC_LATENCY, REQUANT_LATENCY
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
                   VclampArgs, VcmpArgs, VargmaxArgs, VcfgArgs, CmpOp, VectorCfg,
@@ -1240,6 +1241,7 @@ class TileModel:
         cfg = self.config
         R, C, wb = cfg.rows, cfg.cols, self.wb
         P = cfg.vector_passes
+        vector_end = cfg.vector_latency + 1     # from the last word read to the unit idle
 
         if op == MicroOp.MATMUL:
             k = f["k"]
@@ -1254,7 +1256,7 @@ class TileModel:
             self.acc = ((total + 2**31) % 2**32 - 2**31).astype(np.int32)
             if not self.freeze:
                 self.counters["macs"] += k * R * C
-            return k + 4, "mac_busy", None
+            return k + MAC_LATENCY + 1, "mac_busy", None
 
         if op == MicroOp.ACC_BIAS:
             n = -(-4 * R // wb)
@@ -1265,7 +1267,7 @@ class TileModel:
 
         if op == MicroOp.REQUANT:
             v = self._vregs()
-            extra = R * P + 7
+            extra = R * P + REQUANT_LATENCY
             if f["per_channel"]:
                 n = -(-8 * R // wb)
                 table = self._read_lanes(self._words(f["param_addr"] + np.arange(n)))
@@ -1294,7 +1296,7 @@ class TileModel:
                                   **self._vregs())
             self._write_lanes(self._words(f["out_addr"] + w), out)
             self._saturated(sat)
-            return n * P + 11, "vec_busy", None
+            return (n - 1) * P + 1 + vector_end, "vec_busy", None
 
         if op == MicroOp.VPOOL:
             window, n = f["window"], f["n"]
@@ -1315,8 +1317,8 @@ class TileModel:
             self._write_lanes(self._words(f["out_addr"] + o[:, 0]), outs)
             self._saturated(sats)
             if f["average"]:
-                return (n - 1) * max(window, P) + window + 10 + P, "vec_busy", None
-            return n * window + 10 + P, "vec_busy", None
+                return (n - 1) * max(window, P) + window + vector_end, "vec_busy", None
+            return n * window + vector_end, "vec_busy", None
 
         if op == MicroOp.VCLAMP:
             n = f["n"]
@@ -1326,7 +1328,7 @@ class TileModel:
             out = arith.vclamp(self._read_lanes(self._words(f["in_addr"] + w)),
                                _int8(f["lo"]), _int8(f["hi"]))
             self._write_lanes(self._words(f["out_addr"] + w), out)
-            return n + 10 + P, "vec_busy", None
+            return n + vector_end, "vec_busy", None
 
         if op == MicroOp.VCMP:
             lane = f["lane"]
@@ -1339,7 +1341,7 @@ class TileModel:
             else:
                 value = int(lanes[lane % wb])
             flag = int(arith.vcmp(value, CmpOp(f["op"]), _int8(f["imm"])))
-            return nwords + 10 + P, "vec_busy", (f["flag"], flag)
+            return nwords + vector_end, "vec_busy", (f["flag"], flag)
 
         if op == MicroOp.VARGMAX:
             n = f["n"]
@@ -1354,7 +1356,7 @@ class TileModel:
             # cycle, which is when the RTL writes the index register too).
             flag = (f["flag"], int(arith.vargmax_test(result, f["expect"]))) \
                 if f["test"] else None
-            return nwords + 10 + P, "vec_busy", flag
+            return nwords + vector_end, "vec_busy", flag
 
         if op == MicroOp.VCFG:
             reg = VectorCfg(f["reg"])

@@ -17,7 +17,7 @@ from fusetile.host import open_transport
 from fusetile.host.device import Device, TileFault
 from fusetile.host.model_transport import ModelTransport
 from fusetile.host.transport import BusError, transport_class
-from fusetile.kernels.config import TileConfig
+from fusetile.kernels.config import MAC_LATENCY, VECTOR_LATENCY, TileConfig
 from fusetile.kernels.isa import (CmpOp, FaultCause, GmemBase, MicroInstr, MicroOp, PlanInstr,
                                   PlanOp, VectorCfg, TraceRecord)
 from fusetile.kernels.model import TileModel
@@ -289,13 +289,13 @@ def test_vargmax_column_and_test():
     assert m.index[1:] == [2, 2, 0] and m.flags[3:5] == [0, 0]
     assert m.flags[6] == 1, "flags the program does not write keep their values"
 
-    # A column reads n words: n + 11 cycles of the vector unit, like packed mode's
-    # ceil(n / W) + 11.
+    # A column reads n words: n + VECTOR_LATENCY + 1 cycles of the vector unit, like
+    # packed mode's ceil(n / W) + VECTOR_LATENCY + 1.
     m, fault = run_kernel([vargmax(addr=0, n=5, index=0, lane=2, flag=1, expect=0)], spad=spad)
-    assert fault is None and m.counters["vec_busy"] == 5 + 11
+    assert fault is None and m.counters["vec_busy"] == 5 + VECTOR_LATENCY + 1
     assert m.index[0] == 4 and m.flags[1] == 0
     m, fault = run_kernel([vargmax(addr=0, n=17, index=0)], spad=spad)
-    assert m.counters["vec_busy"] == 3 + 11
+    assert m.counters["vec_busy"] == 3 + VECTOR_LATENCY + 1
 
 
 def test_vargmax_column_partition_fault():
@@ -362,17 +362,18 @@ def test_compute_unit_runs_beside_the_sequencer():
                            wait(compute=True)], spad=spad)
     assert fault is None and m.acc.tolist() == [[20] * 3] * 4
     c = m.counters
-    assert c["mac_busy"] == 20 + 4 and c["stall_compute"] > 0 and c["micro_retired"] == 4
+    busy = 20 + MAC_LATENCY + 1         # k steps, the array's latency, then drained
+    assert c["mac_busy"] == busy and c["stall_compute"] > 0 and c["micro_retired"] == 4
     record, = m.trace_records()
-    assert record.mac_busy == 20 + 4
+    assert record.mac_busy == busy
 
     # A second compute instruction waits for the unit; RET waits for it too.
     m, fault = run_kernel([matmul(a=0, b=1, k=20, a_stride=0, b_stride=0),
                            matmul(a=0, b=1, k=20, accumulate=True, a_stride=0, b_stride=0)],
                           spad=spad)
     assert fault is None and m.acc.tolist() == [[40] * 3] * 4
-    assert m.counters["mac_busy"] == 2 * 24 and m.counters["stall_compute"] >= 2 * 24 - 4
-    assert m.slot_cycles[0] > 2 * 24
+    assert m.counters["mac_busy"] == 2 * busy and m.counters["stall_compute"] >= 2 * busy - 4
+    assert m.slot_cycles[0] > 2 * busy
 
 
 def test_compute_partition_fault_is_precise():
