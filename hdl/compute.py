@@ -127,11 +127,11 @@ class ComputeUnit(wiring.Component):
     ACC_BIAS   ``ceil(4R / W) + 2``
     REQUANT    ``R + 8``; per-channel ``ceil(8R / W) + 3`` more (the table is
                read first)
-    VADD       ``n + 11``
-    VCLAMP     ``n + 11``
-    VPOOL      ``n * window + 11``
-    VCMP       words read ``+ 11`` (1 word without ``reduce``)
-    VARGMAX    ``ceil(n / W) + 11``; with ``column`` ``n + 11``
+    VADD       ``n + 12``
+    VCLAMP     ``n + 12``
+    VPOOL      ``n * window + 12``
+    VCMP       words read ``+ 12`` (1 word without ``reduce``)
+    VARGMAX    ``ceil(n / W) + 12``; with ``column`` ``n + 12``
     VCFG       0
     =========  =========================================================
 
@@ -139,15 +139,16 @@ class ComputeUnit(wiring.Component):
     REQUANT row, a VADD word and the last word of a VPOOL average's window issue at
     most one per P cycles (the lane multipliers take P cycles over each), and every
     vector result comes P - 1 cycles later: REQUANT ``R * P + 8`` (and the table),
-    VADD ``n * P + 11``, VPOOL with ``average`` ``(n - 1) * max(window, P) + window +
-    10 + P``, the others ``P - 1`` more than above.
+    VADD ``n * P + 12``, VPOOL with ``average`` ``(n - 1) * max(window, P) + window +
+    11 + P``, the others ``P - 1`` more than above. (The MAC array's and the vector
+    unit's latencies are :mod:`fusetile.kernels.config`'s.)
 
     Each stalled read adds a cycle. Reads of ``a`` and ``b`` in the same bank in the
     same cycle make ``b`` stall, so a MATMUL or VADD whose two operands are always in
     the same bank takes two cycles per step (the compiler should put them in different
     banks, e.g. ``b_addr - a_addr`` odd with unit strides).
 
-    Overlap: reads run up to 10 + P words ahead of writes, so an output may overwrite an
+    Overlap: reads run up to 11 + P words ahead of writes, so an output may overwrite an
     input of the same operation only if that input has been read already: exactly in
     place (VADD, VCLAMP output = an input) is fine, as is any layout in which no input
     word is read after an output overwrote it; other overlaps give results that depend
@@ -582,15 +583,24 @@ class ComputeUnit(wiring.Component):
         # Requantiser (the vector ALU's rows): one ACC row per step, from the read
         # stage. A command is drained before the next starts, so REQUANT holds the
         # lane multipliers alone.
+        # A row's multiplier and shift are registers, read out with its ACC row from
+        # the step's `idx`: the vector unit takes a row straight into its multipliers'
+        # operand registers.
         table = Array(buf[64 * i:64 * i + 64] for i in range(R))
-        entry = table[r_step.idx[:max(1, (R - 1).bit_length())]]
+        entry = table[idx[:max(1, (R - 1).bit_length())]]
+        rq_mult = Signal(32)
+        rq_shift = Signal(5)
+        m.d.sync += [
+            rq_mult.eq(Mux(requant.per_channel, entry[:32], regs.mult_a)),
+            rq_shift.eq(Mux(requant.per_channel, entry[32:37], regs.shift)),
+        ]
         rq_in = alu.rq.payload
         m.d.comb += [
             alu.requant.eq(is_op[MicroOp.REQUANT]),
             alu.rq.valid.eq(r_step.valid & rows_phase),
             rq_in.acc.as_value().eq(mac.acc_row.as_value()),   # lanes >= cols: 0
-            rq_in.mult.eq(Mux(requant.per_channel, entry[:32], regs.mult_a)),
-            rq_in.shift.eq(Mux(requant.per_channel, entry[32:37], regs.shift)),
+            rq_in.mult.eq(rq_mult),
+            rq_in.shift.eq(rq_shift),
             rq_in.zp.eq(regs.zp_out),
             rq_in.lo.eq(regs.lo),
             rq_in.hi.eq(regs.hi),

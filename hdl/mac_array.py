@@ -2,23 +2,18 @@
 
 A MATMUL step multiplies lane ``i`` of an operand word ``a`` by lane ``j`` of an
 operand word ``b`` into ``ACC[i][j]`` for every ``i < R, j < C``; the array takes one
-step per cycle and never stalls. Each step goes through four register stages:
+step per cycle and never stalls. Each step goes through three register stages:
 
 1. *operand*: the step's ``a``, ``b`` and ``first`` are registered as they are
    accepted (in the fabric, one register per lane: below);
 2. *product*: every ``a[i] * b[j]`` (int8 x int8 -> int16) is registered (a
    :class:`~fusetile.hdl.multiplier.Multiplier`: on an ECP5, one MULT18X18D per MAC
    with its output register);
-3. *product again*: the product is registered once more, in the fabric beside its
-   accumulator: from the DSP block's output register to the adder's LUTs was 5 to
-   6 ns of wire in front of the 32-bit carry chain (6fd2928's ULX3S build,
-   ``docs/fpga-timing.md`` step 47);
-4. *accumulate*: ``ACC[i][j]`` becomes ``(first ? 0 : ACC[i][j]) + product``, wrapping
+3. *accumulate*: ``ACC[i][j]`` becomes ``(first ? 0 : ACC[i][j]) + product``, wrapping
    at 32 bits.
 
 Nothing but a register sits between a multiplier and its neighbours, so each stage is
-one DSP multiply, one route, or one 32-bit carry chain (plus the bias / hold
-multiplexer). The
+one DSP multiply or one 32-bit carry chain (plus the bias / hold multiplexer). The
 operand registers stay in the fabric, one per lane for a row or a column of
 multipliers: as the DSP blocks' input registers a lane would be a copy in each
 block of its row or column, spread over the device, and the scratchpad's read data
@@ -27,10 +22,10 @@ all of them.
 
 Built for an iCE40 the stages are arranged for its SB_MAC16, whose 32-bit accumulator
 Yosys infers, register included, when nothing but a multiplexer sits in front of its
-adder: stages 2 and 3 register the operands again (the second time in the DSP's input
-registers; an operand row with no step in it is zero) instead of the product, and
-stage 4 is ``ACC[i][j] = (load ? init[i] : ACC[i][j]) + a[i] * b[j]`` in the DSP,
-the bias being loaded as ``init`` with a zero product. Same cycles, same results; the accumulators and their
+adder: stage 2 registers the operands again (the DSP's input registers; an operand
+row with no step in it is zero) instead of the product, and stage 3 is ``ACC[i][j] =
+(load ? init[i] : ACC[i][j]) + a[i] * b[j]`` in the DSP, the bias being loaded as
+``init`` with a zero product. Same cycles, same results; the accumulators and their
 adders leave the fabric (``docs/fpga-timing.md``, step 22). ACC is then not cleared by reset
 (Yosys puts no register with both a reset and an enable into the DSP block): it holds
 whatever it held until ACC_BIAS or a MATMUL's first step sets it.
@@ -95,15 +90,15 @@ class MacArray(wiring.Component):
 
     * steps are accepted back to back, one per cycle (``step.ready`` is 1 except
       during ``abort``);
-    * a step is in ACC from cycle ``t + LATENCY`` (``LATENCY`` = 4), so ``k``
+    * a step is in ACC from cycle ``t + LATENCY`` (``LATENCY`` = 3), so ``k``
       consecutive steps accepted from cycle ``t`` are all in ACC in cycle
       ``t + k - 1 + LATENCY``;
-    * ``busy`` is high in cycles ``t + 1`` to ``t + 3``: it is registered, so in the
+    * ``busy`` is high in cycles ``t + 1`` and ``t + 2``: it is registered, so in the
       cycle a step is handed over it does not yet show that step. Once the last step
       has been handed over, the first cycle with ``busy`` low is the first in which
       ACC holds every step (that is where a sequencer may start reading rows or load
       a bias);
-    * ``macs`` is ``rows * cols`` in cycle ``t + 3``, when the step is added.
+    * ``macs`` is ``rows * cols`` in cycle ``t + 2``, when the step is added.
 
     Parameters
     ----------
@@ -136,10 +131,9 @@ class MacArray(wiring.Component):
     macs : Out(range(rows * cols + 1))
         Multiply-accumulates done this cycle: ``rows * cols`` or 0.
     abort : In(1)
-        Drop the steps not yet in the accumulate stage (those in the operand and
-        product stages this cycle; ``step`` is not ready). The step in the accumulate
-        stage is still added, so a step accepted three or more cycles before the abort
-        is in ACC.
+        Drop the steps not yet multiplied (the one in the operand stage this cycle;
+        ``step`` is not ready). The step in the accumulate stage is still added, so a
+        step accepted two or more cycles before the abort is in ACC.
 
     Raises
     ------
@@ -178,34 +172,40 @@ class MacArray(wiring.Component):
         cfg = self._config
         m = Module()
 
+        in_dsp = self.dsp_accumulator
+        if in_dsp is None:
+            in_dsp = isinstance(platform, SiliconBluePlatform)
+
         m.d.comb += self.step.ready.eq(~self.abort)
         accepted = self.step.valid & self.step.ready
 
         # Datapath registers load every cycle, whatever the valid bits say: no clock
-        # enables or resets on the wide registers, only on the valid bits.
+        # enables or resets on the wide registers, only on the valid bits. Built for
+        # the fabric, a row of `a` is zero when no step is accepted, so the product is
+        # zero whenever no step is in the product stage, which is whenever a bias
+        # loads: no choice between the product and zero sits between a multiplier's
+        # output and its accumulator's carry chain. (That choice, a LUT after 5 to 6 ns
+        # of wire from the MULT18X18D, was in the MAC array's worst paths on
+        # 6fd2928's ULX3S build, 10.3 to 10.4 ns: docs/fpga-timing.md, step 47.)
         op_valid = Signal()
         op_first = Signal()
         op_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
         op_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
+        step_a = self.step.payload.a.as_value()[:8 * cfg.rows]
         m.d.sync += [
             op_valid.eq(accepted),
             op_first.eq(self.step.payload.first),
-            op_a.eq(self.step.payload.a.as_value()[:8 * cfg.rows]),
+            op_a.eq(step_a if in_dsp else Mux(accepted, step_a, 0)),
             op_b.eq(self.step.payload.b.as_value()[:8 * cfg.cols]),
         ]
 
         prod_valid = Signal()
-        prod_first = Signal()
-        m.d.sync += [
-            prod_valid.eq(op_valid & ~self.abort),
-            prod_first.eq(op_first),
-        ]
+        m.d.sync += prod_valid.eq(op_valid & ~self.abort)
 
         # The step in the accumulate stage lands even in an abort's cycle: the abort
-        # would otherwise gate the enable of every accumulator. It is decided the
-        # cycle before, with the accumulators' registered enables (below).
+        # would otherwise gate the enable of every accumulator.
         adding = Signal()
-        m.d.sync += adding.eq(prod_valid & ~self.abort)
+        m.d.comb += adding.eq(prod_valid)
 
         # ACC_BIAS loads a cycle after `bias_valid`, and the accumulators' enable is a
         # register of its own: each drives all rows x cols x 32 accumulator bits, and
@@ -223,29 +223,21 @@ class MacArray(wiring.Component):
                                 for i in range(cfg.rows)]
                                for name in ("bias_load", "acc_load"))
         for i in range(cfg.rows):
-            m.d.sync += acc_en[i].eq(self.bias_valid | prod_valid & ~self.abort)
+            m.d.sync += acc_en[i].eq(self.bias_valid | op_valid & ~self.abort)
             for j in range(cfg.cols):
                 m.d.sync += [bias_load[i][j].eq(self.bias_valid),
-                             acc_load[i][j].eq(self.bias_valid | prod_first)]
+                             acc_load[i][j].eq(self.bias_valid | op_first)]
 
-        in_dsp = self.dsp_accumulator
-        if in_dsp is None:
-            in_dsp = isinstance(platform, SiliconBluePlatform)
         acc = [[Signal(signed(32), name=f"acc_{i}_{j}", reset_less=in_dsp)
                 for j in range(cfg.cols)] for i in range(cfg.rows)]
         if in_dsp:
-            # The operands twice again (the stages of the product and its copy), a row
-            # of `a` zero when no step is in it (so that a bias loads with a zero
-            # product), and the accumulate in the DSP block.
-            pre_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
-            pre_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
+            # The operands again, a row of `a` zero when no step is in it (so that a
+            # bias loads with a zero product), and the accumulate in the DSP block.
             dsp_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
             dsp_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
             m.d.sync += [
-                pre_a.eq(Mux(op_valid & ~self.abort, op_a, 0)),
-                pre_b.eq(op_b),
-                dsp_a.eq(pre_a),
-                dsp_b.eq(pre_b),
+                dsp_a.eq(Mux(op_valid & ~self.abort, op_a, 0)),
+                dsp_b.eq(op_b),
             ]
             for i in range(cfg.rows):
                 for j in range(cfg.cols):
@@ -262,17 +254,14 @@ class MacArray(wiring.Component):
                     m.submodules[f"mul_{i}_{j}"] = mul = Multiplier(signed(8), signed(8),
                                                                     latency=1)
                     m.d.comb += [mul.a.eq(op_a[i]), mul.b.eq(op_b[j])]
-                    product = Signal(signed(16), name=f"product_{i}_{j}", reset_less=True)
-                    m.d.sync += product.eq(mul.p)
-                    # A bias loads as `init` plus a zero product: the choices are in
-                    # front of the adder, whose carry chain then ends in the
-                    # accumulator's flip-flops (a multiplexer after it, and the route
-                    # from there, made the MAC array's late endpoints on the ULX3S,
-                    # docs/fpga-timing.md step 35). The sum is 33 bits wide; the assignment
-                    # wraps it to 32.
-                    addend = Mux(bias_load[i][j], 0, product)
+                    # A bias loads as `init` plus the product, zero then (above): the
+                    # choice is in front of the adder, whose carry chain then ends in
+                    # the accumulator's flip-flops (a multiplexer after it, and the
+                    # route from there, made the MAC array's late endpoints on the
+                    # ULX3S, docs/fpga-timing.md step 35). The sum is 33 bits wide; the
+                    # assignment wraps it to 32.
                     with m.If(acc_en[i]):
-                        m.d.sync += acc[i][j].eq(Mux(acc_load[i][j], init, acc[i][j]) + addend)
+                        m.d.sync += acc[i][j].eq(Mux(acc_load[i][j], init, acc[i][j]) + mul.p)
 
         with m.Switch(self.row):
             for i in range(cfg.rows):
@@ -282,7 +271,7 @@ class MacArray(wiring.Component):
                 m.d.sync += self.acc_row.eq(0)
 
         m.d.comb += [
-            self.busy.eq(op_valid | prod_valid | adding | bias_load[0][0]),
+            self.busy.eq(op_valid | prod_valid | bias_load[0][0]),
             self.macs.eq(Mux(adding, cfg.rows * cfg.cols, 0)),
         ]
         return m

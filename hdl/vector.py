@@ -427,15 +427,15 @@ class VectorAlu(wiring.Component):
     REQUANT: lane ``j`` of a row's result is ``clamp(zp + round_half_even(acc[j] *
     mult / 2**(31 + shift)), lo, hi)``. A row presented on ``rq`` in cycle ``t`` is on
     ``rq_o`` (``valid`` high, payload registered) in cycle ``t + REQUANT_LATENCY``;
-    rows may follow each other in consecutive cycles. Pipeline: input registers; the
-    multipliers' operand registers; partial products (4 per lane, 16 x 16 bits), in
-    the DSP blocks and again beside the adders; their sum; shift and sticky; rounding
-    and zero point; clamp.
+    rows may follow each other in consecutive cycles. Pipeline: the multipliers'
+    operand registers (a row goes to them as it comes, from the MAC array's and the
+    compute unit's registers); partial products (4 per lane, 16 x 16 bits), in the DSP
+    blocks and again beside the adders; their sum; shift and sticky; rounding and zero
+    point; clamp.
 
     The rows and the scaled words (VADD, VPOOL average) share the lane multipliers
-    and everything after them; ``requant`` says which of the two they serve. A row
-    needs it high in the cycle the row is presented, a scaled word low the cycle
-    after the word is presented (it is registered with the operands). The compute
+    and everything after them; ``requant`` says which of the two they serve (see the
+    attribute for the cycles it must hold in). The compute
     unit holds it for a whole command (high for REQUANT), and never has a REQUANT
     row and a vector word in flight together: sharing saves 4 DSP multipliers per
     lane and a rounding and clamp datapath.
@@ -513,10 +513,11 @@ class VectorAlu(wiring.Component):
         REQUANT results, ``REQUANT_LATENCY`` cycles after their rows; ``ready`` is
         ignored.
     requant : In(1)
-        The lane multipliers serve the rows (1) or the words (0): high in the cycle a
-        row is presented on ``rq``, low two cycles after a word is presented on ``i``
-        (registered with the operands, as ``rows``; a word comes to them a cycle after
-        a row presented with it).
+        The lane multipliers serve the rows (1) or the words (0): high in the cycle
+        before a row is presented on ``rq`` and in that cycle, low two and three cycles
+        after a word is presented on ``i`` (registered, as ``rows``, a cycle before
+        the multipliers' operand registers load; a word comes to them three cycles
+        after it is presented, a row as it is presented).
     busy : Out(1)
         Words or rows are in flight: high from the cycle after one is presented until
         the cycle before its result is out (one cycle for a VPOOL word that does not
@@ -817,23 +818,30 @@ class VectorAlu(wiring.Component):
                 ]
         m.d.sync += [opa.eq(opa_next), opb.eq(opb_next), s2_regs.eq(s2_regs_next)]
 
-        # Stages 3..9 (a row's 2..8): (opa * MULT_A + opb * MULT_B), or a row's
+        # Stages 3..9 (a row's 1..7): (opa * MULT_A + opb * MULT_B), or a row's
         # acc * mult, requantised, on the same multipliers (the lanes of a group),
-        # which take their operands from the operand registers, `requant` registered
-        # with them. (From the registers' inputs, a cycle sooner, VPOOL's merge and a
-        # selection were in front of every multiplier's operand registers.)
-        rows = _register(m, self.requant, "rows")      # with the operand registers
-        prods = [_product_sum(m, rows, [(row.acc[j], row.mult)],
+        # which take their operands from the operand registers (a word's) or from the
+        # row as it comes (its accumulators and `mult` are the MAC array's and the
+        # compute unit's registers), `requant` registered a cycle before. (From the
+        # operand registers' inputs, a cycle sooner, VPOOL's merge and a selection
+        # were in front of every multiplier's operand registers. A row does not wait
+        # in `row` first: that cycle pays for the products' second register, and a
+        # REQUANT after every tile of a matmul keeps its cycles.)
+        rows = _register(m, self.requant, "rows")
+        prods = [_product_sum(m, rows, [(row_next.acc[j], row_next.mult)],
                               [(opa[j], s2_regs.mult_a), (opb[j], s2_regs.mult_b)],
                               f"prod{j}")
                  for j in range(group)]
-        # The shift a cycle sooner than the others: _round_clamp registers it.
+        # The scaling's registers a cycle after the operands (a row's in `row`), chosen
+        # by `requant` of the cycle the operands were; the shift a cycle sooner than
+        # the others: _round_clamp registers it.
+        s3_regs = _register(m, s2_regs, "s3_regs")
         shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), delay, f"scale_{name}")
                              for of_row, of_word, name, delay in (
-                                 (row.shift, s2_regs.shift, "shift", _PRODUCT_STAGES - 1),
-                                 (row.zp, s2_regs.zp_out, "zp", _PRODUCT_STAGES),
-                                 (row.lo, s2_regs.lo, "lo", _PRODUCT_STAGES),
-                                 (row.hi, s2_regs.hi, "hi", _PRODUCT_STAGES)))
+                                 (row.shift, s3_regs.shift, "shift", _PRODUCT_STAGES - 2),
+                                 (row.zp, s3_regs.zp_out, "zp", _PRODUCT_STAGES - 1),
+                                 (row.lo, s3_regs.lo, "lo", _PRODUCT_STAGES - 1),
+                                 (row.hi, s3_regs.hi, "hi", _PRODUCT_STAGES - 1)))
         scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
         if tail:
             # The groups before the last, oldest lowest: with the last one, the word.

@@ -18,13 +18,13 @@ __all__ = ["TileConfig", "MAC_LATENCY", "VECTOR_LATENCY", "REQUANT_LATENCY"]
 # hdl/vector.py) and the golden model's cycles follow (kernels/model.py).
 
 #: Cycles from the MAC array accepting a step to the first cycle ACC includes it.
-MAC_LATENCY = 4
+MAC_LATENCY = 3
 #: Cycles from the vector unit taking the word that completes a result to the result,
 #: with a lane multiplier per lane (:attr:`TileConfig.vector_latency` in general).
 VECTOR_LATENCY = 11
 #: Cycles from an ACC row into the requantiser to its int8 row, with a lane
 #: multiplier per lane (:attr:`TileConfig.requant_latency` in general).
-REQUANT_LATENCY = 8
+REQUANT_LATENCY = 7
 
 
 def _is_pow2(n):

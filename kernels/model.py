@@ -47,9 +47,9 @@ as an issue does:
 =========  ====================================================  ========
 op         busy cycles (``extra``)                               unit
 =========  ====================================================  ========
-MATMUL     ``k + 5`` (array latency 4; 0 if ``k == 0``)          MAC
+MATMUL     ``k + 4`` (array latency 3; 0 if ``k == 0``)          MAC
 ACC_BIAS   words of bias + 2                                     MAC
-REQUANT    ``R + 8``; per-channel, parameter words + 1 more      vector
+REQUANT    ``R + 7``; per-channel, parameter words + 1 more      vector
 VADD       ``n + 12`` (vector unit latency 11; 0 if ``n == 0``)  vector
 VPOOL      ``n * window + 12`` (0 if ``n == 0``)                 vector
 VCLAMP     ``n + 12`` (0 if ``n == 0``)                          vector
@@ -60,7 +60,7 @@ VCFG       0                                                     --
 
 With fewer vector lanes than bytes in a word (P = ``vector_passes`` > 1) a row or a
 scaled word takes P cycles of the lane multipliers and every vector result comes
-P - 1 cycles later, as in the RTL: REQUANT ``R * P + 8``, VADD ``n * P + 12``, an
+P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 12``, an
 average VPOOL ``(n - 1) * max(window, P) + window + 11 + P``, the other vector
 operations ``P - 1`` more than above. (The latencies are
 :mod:`fusetile.kernels.config`'s, which the gateware is built to.)

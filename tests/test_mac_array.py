@@ -366,8 +366,7 @@ def test_readout_out_of_range_row_reads_zero(style):
 @pytest.mark.parametrize("k", [1, 2, 7])
 def test_throughput_busy_and_macs(k, style):
     """k back-to-back steps from cycle 0 are all in ACC in cycle k - 1 + LATENCY; busy
-    covers cycles 1 .. k - 1 + LATENCY - 1 exactly; macs reports R*C per step, in the
-    cycle before it is in ACC."""
+    covers cycles 1 .. k - 1 + LATENCY - 1 exactly; macs reports R*C per step."""
     dut = MacArray(CFG, dsp_accumulator=style)
     rng = random.Random(k)
     steps = [(rand_lanes(rng, 8), rand_lanes(rng, 8)) for _ in range(k)]
@@ -402,8 +401,7 @@ def test_throughput_busy_and_macs(k, style):
                 assert row0 == list(model[0])
         assert all(ready)
         assert busy == [0] + [1] * (done - 1) + [0] * 3
-        lead = LATENCY - 1                  # macs counts a step as it is added
-        assert macs == [0] * lead + [64] * k + [0] * (len(macs) - k - lead)
+        assert macs == [0, 0] + [64] * k + [0] * (len(macs) - k - 2)
         np.testing.assert_array_equal(await read_acc(ctx, dut), model)
 
     run(dut, bench)
@@ -423,7 +421,7 @@ def test_single_step_latency(style):
             seen.append((ctx.get(dut.busy), ctx.get(dut.macs)))
             await ctx.tick()
             seen[-1] += (ctx.get(dut.acc_row[0]),)           # ACC in that cycle
-        assert seen == [(1, 0, 0)] * (LATENCY - 2) + [(1, 64, 0), (0, 0, -15), (0, 0, -15)]
+        assert seen == [(1, 0, 0), (1, 64, 0), (0, 0, -15), (0, 0, -15)]
 
     run(dut, bench)
 
@@ -457,13 +455,12 @@ def test_abort_drops_steps_in_flight(style):
         await set_bias(ctx, dut, [100] * 8)
         await send_step(ctx, dut, [1] * 8, [1] * 8, 0)       # lands: 101
         await drain(ctx, dut)
-        await send_step(ctx, dut, [1] * 8, [1] * 8, 0)       # in the accumulate stage
-        await send_step(ctx, dut, [2] * 8, [2] * 8, 0)       # in the product stage
+        await send_step(ctx, dut, [1] * 8, [1] * 8, 0)       # in the product stage
         await send_step(ctx, dut, [1] * 8, [1] * 8, 1)       # in the operand stage
         ctx.set(dut.step.valid, 1)                           # offered during abort
         ctx.set(dut.abort, 1)
         assert ctx.get(dut.step.ready) == 0
-        assert ctx.get(dut.macs) == 64                       # the accumulate stage's lands
+        assert ctx.get(dut.macs) == 64                       # the product stage's lands
         await ctx.tick()
         ctx.set(dut.abort, 0)
         ctx.set(dut.step.valid, 0)
@@ -471,9 +468,8 @@ def test_abort_drops_steps_in_flight(style):
         for _ in range(LATENCY):
             assert ctx.get(dut.macs) == 0
             await ctx.tick()
-        # 101 + 1: the step that was in the accumulate stage; not the one in the
-        # product stage (+ 4) nor the one in the operand stage (first=1 would have
-        # cleared ACC to 1).
+        # 101 + 1: the step that was in the product stage; not the one that was in the
+        # operand stage (first=1 would have cleared ACC to 1).
         np.testing.assert_array_equal(await read_acc(ctx, dut), np.full((8, 8), 102))
 
     run(dut, bench)

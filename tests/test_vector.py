@@ -45,6 +45,7 @@ async def stream(ctx, dut, items, collect, *, regs=None, rows=False):
     inp, out = (dut.rq, dut.rq_o) if rows else (dut.i, dut.o)
     latency = dut.requant_latency if rows else dut.latency
     ctx.set(dut.requant, rows)
+    await ctx.tick()                    # `requant` is registered before the rows need it
     outputs = []
     for cycle in range(len(items) + latency + 2):
         item = items[cycle] if cycle < len(items) else None
@@ -565,30 +566,31 @@ def test_alu_vargmax_column_directed(word_bytes):
 
 def test_rows_and_words_share_the_multipliers():
     """REQUANT rows and vector words as close together as ``requant`` allows (a row
-    needs it high in the cycle it is presented, a scaled word low two cycles after; the
-    two ports may even take an item in the same cycle), ``requant`` random
-    whenever nothing needs the multipliers: every result exact, in its cycle."""
+    needs it high in the cycle before it is presented and in that cycle, a scaled word
+    low two and three cycles after; the two ports may even take an item in the same
+    cycle), ``requant`` random whenever nothing needs the multipliers: every result
+    exact, in its cycle."""
     lanes = 8
     dut = VectorAlu(TileConfig(word_bytes=lanes))
     rng = random.Random(11)
     need = {}                           # cycle -> the `requant` it must have
     rows, words = {}, {}                # cycle -> (payload, expected[, regs])
-    cursor = {"row": 0, "word": 0}
-    at = 0
+    cursor = {"row": 1, "word": 1}
+    at = 1
     for _ in range(60):
         kind = rng.choice(["row", "word"])
         if kind == "row":
             row = random_row(rng, lanes)
-            payload, want, mode, regs = row, requant_reference(row), (0, 1), None
+            payload, want, mode, regs = row, requant_reference(row), ((-1, 0), 1), None
         else:
             make = rng.choice([op_vadd, op_vadd, op_vclamp])
             [payload], want, regs = make(rng, lanes, random_regs(rng))
-            mode = (2, 0) if payload["op"] == VectorOp.VADD else None
+            mode = ((2, 3), 0) if payload["op"] == VectorOp.VADD else None
         at = max(at, cursor[kind])
-        while mode is not None and need.get(at + mode[0], mode[1]) != mode[1]:
+        while mode is not None and any(need.get(at + k, mode[1]) != mode[1] for k in mode[0]):
             at += 1
         if mode is not None:
-            need[at + mode[0]] = mode[1]
+            need.update((at + k, mode[1]) for k in mode[0])
         (rows if kind == "row" else words)[at] = (payload, want, regs)
         cursor[kind] = at + 1
         at += rng.choice([0, 0, 0, 1, 2])
