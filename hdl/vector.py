@@ -482,10 +482,11 @@ class VectorAlu(wiring.Component):
 
     Pipeline (``LATENCY`` = 11 with P = 1): the word's and ``regs``' input registers
     (stage 0); input registers again, with VCLAMP's comparisons and VPOOL's pair sums
-    and maxima (stage 1, where a row starts); operand preparation and the reductions
-    (VPOOL's merge, VCLAMP's selection); the multipliers' operand registers; partial
-    products, in the DSP blocks and again beside the adders; the products' sum; shift
-    and sticky; rounding and zero point; clamp; output register. VADD is
+    and maxima (stage 1); operand preparation and the reductions (VPOOL's merge,
+    VCLAMP's selection: stage 2, where a row comes in); the multipliers' operand
+    registers; partial products, in the DSP blocks and again beside the adders; the
+    products' sum; shift and sticky; rounding and zero point; clamp; output register.
+    VADD is
     ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
     ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers. Beside stages
     2..9, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
@@ -588,20 +589,22 @@ class VectorAlu(wiring.Component):
         # stage 1's sums and comparisons (5.3 ns of wire in front of 10.4 to 10.5 ns
         # paths, e0f2cb7's ULX3S build; 10.8 to 11.1 ns at 7a057ba's: docs/fpga-timing.md
         # step 41). Like stage 1's, the word loads with its valid bit. A row comes
-        # from the MAC array's registers and goes straight into stage 1: a REQUANT
-        # after every tile of a matmul keeps its cycles.
+        # from the MAC array's and the compute unit's registers and goes straight into
+        # the multipliers' operand registers, beside stage 2: a REQUANT after every
+        # tile of a matmul keeps its cycles.
         i_valid = _register(m, self.i.valid, "s0_valid", reset_less=False)
         i_pay = Signal(self.i.payload.shape(), name="s0", reset_less=True)
         with m.If(self.i.valid):
             m.d.sync += i_pay.eq(self.i.payload)
         regs = _register(m, self.regs, "regs0")
 
-        # Stage 1: input registers. A REQUANT row goes from its register to the lane
-        # multipliers; a word has its operands prepared in stage 2 first. The word is
-        # loaded only with its valid bit: loaded every cycle, its register would equal
-        # the MAC array's operand register (both take the scratchpad's operand words),
-        # Yosys would merge the two, and one flip-flop would feed both units from
-        # wherever the placer puts it (the ULX3S build's worst path did that).
+        # Stage 1: input registers. A word has its operands prepared in stage 2 before
+        # it goes to the lane multipliers (a REQUANT row goes to them as it comes, and
+        # its scaling waits in `row`). The word is loaded only with its valid bit:
+        # loaded every cycle, its register would equal the MAC array's operand
+        # register (both take the scratchpad's operand words), Yosys would merge the
+        # two, and one flip-flop would feed both units from wherever the placer puts
+        # it (the ULX3S build's worst path did that).
         s1 = Signal(i_pay.shape(), name="s1", reset_less=True)
         with m.If(i_valid):
             m.d.sync += s1.eq(i_pay)
