@@ -96,7 +96,7 @@ import numpy as np
 
 from . import arith
 from .operands import illegal_operands, operand_ends
-from .config import TileConfig, MAC_LATENCY, REQUANT_LATENCY
+from .config import TileConfig, MAC_LATENCY, REQUANT_LATENCY, VECTOR_LATENCY
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
                   VclampArgs, VcmpArgs, VargmaxArgs, VcfgArgs, CmpOp, VectorCfg,
@@ -1296,7 +1296,7 @@ class TileModel:
                                   **self._vregs())
             self._write_lanes(self._words(f["out_addr"] + w), out)
             self._saturated(sat)
-            return (n - 1) * P + 1 + vector_end, "vec_busy", None
+            return n * P + VECTOR_LATENCY + 1, "vec_busy", None
 
         if op == MicroOp.VPOOL:
             window, n = f["window"], f["n"]
