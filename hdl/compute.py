@@ -41,7 +41,12 @@ from .scratchpad import SpadPortSignature, point as spad_point, registered_word
 from .vector import VectorAlu, VectorOp, VectorRegs
 
 
-__all__ = ["ComputeCommand", "vcmp_word", "vector_steps", "ComputeUnit"]
+__all__ = ["ComputeCommand", "port_starts", "vector_steps", "ComputeUnit"]
+
+
+_ADDR_BITS = 17     # a 16-bit offset plus one bit: an offset that ran past 2**16 is
+                    # seen (and faults) instead of aliasing. Addresses grow monotonically
+                    # from a checked one by at most 2**16, so one extra bit is enough.
 
 
 class ComputeCommand(data.Struct):
@@ -49,23 +54,54 @@ class ComputeCommand(data.Struct):
     op:   MicroOp      #: MATMUL, ACC_BIAS, REQUANT, VADD, VPOOL, VCLAMP, VCMP, VARGMAX, VCFG
     args: MicroArgs    #: the micro-instruction's operands (the member named after ``op``)
     part: 4            #: the calling slot's scratchpad partition
-    #: VCMP: the first word it reads, ``args.vcmp.addr`` plus (without ``reduce``) the
-    #: word of its lane, 17 bits (an offset past 2**16 faults). The issuer works it out
-    #: from its instruction register (:func:`vcmp_word`), so that the unit's acceptance
-    #: has no adder in front of its partition test: the adder, the lane's word and the
-    #: test there were the worst path of step 36's best ULX3S build (docs/fpga-timing.md).
-    vcmp_word: 17
+    #: The first word each of the unit's ports reads or writes (``_ADDR_BITS`` wide: an
+    #: offset past 2**16 faults): ``a`` MATMUL's ``a_addr``, ACC_BIAS's ``addr``,
+    #: REQUANT's ``param_addr``, VADD's ``a_addr``, VPOOL's and VCLAMP's ``in_addr``,
+    #: VCMP's first word (``addr``, plus its lane's word without ``reduce``) and
+    #: VARGMAX's ``addr``; ``b`` MATMUL's and VADD's ``b_addr``; ``w`` the ``out_addr``
+    #: of REQUANT, VADD, VPOOL and VCLAMP; 0 for a stream the operation does not have.
+    #: The issuer chooses them from its instruction register (:func:`port_starts`), so
+    #: that the unit's acceptance makes one partition test per port, with no adder in
+    #: front of it (VCMP's was the worst path of step 36's best ULX3S build) and no
+    #: choice by opcode after it (that choice, in front of the pointers' other
+    #: updates, was `a_out`, `b_out` and `w_out`'s routed paths at ce9846f, 10.0 to
+    #: 10.5 ns; docs/fpga-timing.md, step 48).
+    a_first: _ADDR_BITS
+    b_first: _ADDR_BITS
+    w_first: _ADDR_BITS
     #: VCMP and VARGMAX: the words they read (:func:`vector_steps`), likewise worked out
     #: by the issuer: the shift and adder in front of the unit's step count (`total`)
     #: were 10.08 ns of e0f2cb7's routed paths (docs/fpga-timing.md, step 42).
     steps: 16
 
 
-def vcmp_word(args, word_bytes):
-    """The first word VCMP with ``args`` (a :class:`VcmpArgs` view) reads, for
-    :attr:`ComputeCommand.vcmp_word`."""
+def port_starts(m, op, args, word_bytes):
+    """The first words of the ``a``, ``b`` and ``w`` streams of the compute
+    micro-instruction ``op`` with ``args`` (a :class:`MicroArgs` view), for
+    :attr:`ComputeCommand.a_first`, ``b_first`` and ``w_first``: three signals, driven
+    in ``m``'s comb domain."""
     lane_bits = (word_bytes - 1).bit_length()       # word_bytes is a power of two
-    return args.addr + Mux(args.reduce, 0, args.lane >> lane_bits)
+    a, b, w = (Signal(_ADDR_BITS, name=f"{port}_first") for port in "abw")
+    with m.Switch(op):
+        with m.Case(MicroOp.MATMUL):
+            m.d.comb += [a.eq(args.matmul.a_addr), b.eq(args.matmul.b_addr)]
+        with m.Case(MicroOp.ACC_BIAS):
+            m.d.comb += a.eq(args.acc_bias.addr)
+        with m.Case(MicroOp.REQUANT):
+            m.d.comb += [a.eq(args.requant.param_addr), w.eq(args.requant.out_addr)]
+        with m.Case(MicroOp.VADD):
+            m.d.comb += [a.eq(args.vadd.a_addr), b.eq(args.vadd.b_addr),
+                         w.eq(args.vadd.out_addr)]
+        with m.Case(MicroOp.VPOOL):
+            m.d.comb += [a.eq(args.vpool.in_addr), w.eq(args.vpool.out_addr)]
+        with m.Case(MicroOp.VCLAMP):
+            m.d.comb += [a.eq(args.vclamp.in_addr), w.eq(args.vclamp.out_addr)]
+        with m.Case(MicroOp.VCMP):
+            vcmp = args.vcmp
+            m.d.comb += a.eq(vcmp.addr + Mux(vcmp.reduce, 0, vcmp.lane >> lane_bits))
+        with m.Case(MicroOp.VARGMAX):
+            m.d.comb += a.eq(args.vargmax.addr)
+    return a, b, w
 
 
 def vector_steps(op, args, word_bytes):
@@ -88,11 +124,6 @@ class _Step(data.Struct):
     first:  1
     last:   1
     idx:    16
-
-
-_ADDR_BITS = 17     # a 16-bit offset plus one bit: an offset that ran past 2**16 is
-                    # seen (and faults) instead of aliasing. Addresses grow monotonically
-                    # from a checked one by at most 2**16, so one extra bit is enough.
 
 
 def _shift_reg(m, name, length, data_in, clear):
@@ -749,13 +780,17 @@ class ComputeUnit(wiring.Component):
             m.d.comb += squash.eq(1)
             stop(FaultCause.PARTITION, w_addr, part)
         with m.Elif(w_stalled):
-            # Restart from the output that was not written.
+            # Restart from the output that was not written. Its inputs were read
+            # (it has a result), so they are inside the partition: the pointers go
+            # back to them untested.
             m.d.comb += squash.eq(1)
             m.d.sync += [
                 idx.eq(w_count),
                 more.eq(w_count != total),
-                *point(ptr_a, a_out, Mux(is_op[MicroOp.VPOOL], w_row, base_a)),
-                *point(ptr_b, b_out, base_b),
+                ptr_a.eq(Mux(is_op[MicroOp.VPOOL], w_row, base_a)),
+                ptr_b.eq(base_b),
+                a_out.eq(0),
+                b_out.eq(0),
                 win_t.eq(0),
                 row_addr.eq(w_row),
                 rfault.eq(0),
@@ -764,8 +799,8 @@ class ComputeUnit(wiring.Component):
             with m.If(rfault):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
+                # (The rows read no word: the pointers stay where the table left them.)
                 m.d.sync += [load.eq(0), rows_phase.eq(1), idx.eq(0),
-                             *point(ptr_a, a_out, base_a), *point(ptr_b, b_out, base_b),
                              total.eq(R), more.eq(1)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
@@ -778,10 +813,6 @@ class ComputeUnit(wiring.Component):
         m.d.comb += self.cmd.ready.eq(~running & ~self.fault)
         p = self.cmd.payload
         pa = p.args
-
-        def start_at(base, ptr, out, addr):
-            """A stream from ``addr``: its base and its running pointer."""
-            return [base.eq(addr), *point(ptr, out, addr)]
 
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [sig.eq(p.op == o) for o, sig in is_op.items()]
@@ -811,14 +842,19 @@ class ComputeUnit(wiring.Component):
                 step_b.eq(1),
                 room_a.eq(self.limit - 1),
                 room_b.eq(self.limit - 1),
+                *point(ptr_a, a_out, p.a_first),
+                *point(ptr_b, b_out, p.b_first),
+                *point(w_addr, w_out, p.w_first),
+                base_a.eq(p.a_first),
+                base_b.eq(p.b_first),
+                row_addr.eq(p.a_first),
+                w_row.eq(p.a_first),
             ]
             with m.Switch(p.op):
                 with m.Case(MicroOp.MATMUL):
                     m.d.sync += [
                         running.eq(pa.matmul.k != 0),
                         total.eq(pa.matmul.k),
-                        *point(ptr_a, a_out, pa.matmul.a_addr),
-                        *point(ptr_b, b_out, pa.matmul.b_addr),
                         step_a.eq(pa.matmul.a_stride),
                         step_b.eq(pa.matmul.b_stride),
                         room_a.eq(self.limit - pa.matmul.a_stride),
@@ -829,7 +865,6 @@ class ComputeUnit(wiring.Component):
                         running.eq(1),
                         load.eq(1),
                         total.eq(self.bias_words),
-                        *start_at(base_a, ptr_a, a_out, pa.acc_bias.addr),
                     ]
                 with m.Case(MicroOp.REQUANT):
                     rqa = pa.requant
@@ -838,8 +873,6 @@ class ComputeUnit(wiring.Component):
                         load.eq(rqa.per_channel),
                         rows_phase.eq(~rqa.per_channel),
                         total.eq(Mux(rqa.per_channel, self.table_words, R)),
-                        *start_at(base_a, ptr_a, a_out, rqa.param_addr),
-                        *point(w_addr, w_out, rqa.out_addr),
                         w_stride.eq(rqa.out_stride),
                         room_w.eq(self.limit - rqa.out_stride),
                     ]
@@ -847,42 +880,31 @@ class ComputeUnit(wiring.Component):
                     m.d.sync += [
                         running.eq(pa.vadd.n != 0),
                         total.eq(pa.vadd.n),
-                        *start_at(base_a, ptr_a, a_out, pa.vadd.a_addr),
-                        *start_at(base_b, ptr_b, b_out, pa.vadd.b_addr),
-                        *point(w_addr, w_out, pa.vadd.out_addr),
                     ]
                 with m.Case(MicroOp.VPOOL):
                     m.d.sync += [
                         running.eq((pa.vpool.n != 0) & (pa.vpool.window != 0)),
                         total.eq(pa.vpool.n),
                         win_last.eq(pa.vpool.window - 1),
-                        *point(ptr_a, a_out, pa.vpool.in_addr),
                         step_a.eq(pa.vpool.in_stride),
                         room_a.eq(self.limit - pa.vpool.in_stride),
                         room_row.eq(self.limit - pa.vpool.in_step),
-                        row_addr.eq(pa.vpool.in_addr),
-                        w_row.eq(pa.vpool.in_addr),
-                        *point(w_addr, w_out, pa.vpool.out_addr),
                     ]
                 with m.Case(MicroOp.VCLAMP):
                     m.d.sync += [
                         running.eq(pa.vclamp.n != 0),
                         total.eq(pa.vclamp.n),
-                        *start_at(base_a, ptr_a, a_out, pa.vclamp.in_addr),
-                        *point(w_addr, w_out, pa.vclamp.out_addr),
                     ]
                 with m.Case(MicroOp.VCMP):
                     m.d.sync += [
                         running.eq(1),
                         total.eq(p.steps),
-                        *start_at(base_a, ptr_a, a_out, p.vcmp_word),
                     ]
                 with m.Case(MicroOp.VARGMAX):
                     va = pa.vargmax
                     m.d.sync += [
                         running.eq(va.n != 0),
                         total.eq(p.steps),
-                        *start_at(base_a, ptr_a, a_out, va.addr),
                     ]
                 with m.Case(MicroOp.VCFG):
                     value = pa.vcfg.value

@@ -13,7 +13,7 @@ from ..kernels.isa import PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, Faul
     TraceRecord, FLAGS, INDEX_REGS
 from .dma_queue import QueuedDmaCommand
 from .compare import at_least
-from .compute import ComputeCommand, vcmp_word, vector_steps
+from .compute import ComputeCommand, port_starts, vector_steps
 from .copies import copy
 from .operands import OperandCheck
 from .stores import MicroClass
@@ -685,10 +685,13 @@ class ControlUnit(wiring.Component):
         ]
         # The payload follows the instruction in MICRO_EXEC while the register is free,
         # so its enable does not wait for the issue decision.
+        a_first, b_first, w_first = port_starts(m, micro.op, micro.args, cfg.word_bytes)
         with m.If(~cmd_valid):
             m.d.sync += [cmd_payload.op.eq(micro.op), cmd_payload.args.eq(micro.args),
                          cmd_payload.part.eq(part),
-                         cmd_payload.vcmp_word.eq(vcmp_word(micro.args.vcmp, cfg.word_bytes)),
+                         cmd_payload.a_first.eq(a_first),
+                         cmd_payload.b_first.eq(b_first),
+                         cmd_payload.w_first.eq(w_first),
                          cmd_payload.steps.eq(vector_steps(micro.op, micro.args,
                                                            cfg.word_bytes))]
         with m.If(cmd_taken):

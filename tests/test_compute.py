@@ -345,21 +345,35 @@ class Cmd:
             return f["reg"] << layout["reg"].offset | f["value"] << layout["value"].offset
         return MicroArgs.const({member: f}).as_bits()
 
+    #: The fields of each operation's ``a``, ``b`` and ``w`` streams' first words.
+    FIRST = {
+        MicroOp.MATMUL: ("a_addr", "b_addr", None), MicroOp.ACC_BIAS: ("addr", None, None),
+        MicroOp.REQUANT: ("param_addr", None, "out_addr"),
+        MicroOp.VADD: ("a_addr", "b_addr", "out_addr"),
+        MicroOp.VPOOL: ("in_addr", None, "out_addr"),
+        MicroOp.VCLAMP: ("in_addr", None, "out_addr"),
+        MicroOp.VARGMAX: ("addr", None, None),
+    }
+
     def raw(self, word_bytes):
         """The command as the bits of a ComputeCommand, for words of ``word_bytes``
-        (VCMP's first word and VCMP's and VARGMAX's words read, which the issuer works
-        out)."""
+        (the streams' first words and VCMP's and VARGMAX's words read, which the issuer
+        works out)."""
         layout = ComputeCommand.as_shape()
-        vcmp_word = steps = 0
         f = self.fields
+        first = [f[name] if name else 0 for name in self.FIRST.get(self.op, (None,) * 3)]
+        steps = 0
         if self.op == MicroOp.VCMP:
-            vcmp_word = f["addr"] + (0 if f["reduce"] else f["lane"] // word_bytes)
+            first[0] = f["addr"] + (0 if f["reduce"] else f["lane"] // word_bytes)
             steps = f["lane"] // word_bytes + 1 if f["reduce"] else 1
         if self.op == MicroOp.VARGMAX:
             steps = f["n"] if f["column"] else -(-f["n"] // word_bytes)
-        return (int(getattr(self.op, "value", self.op)) << layout["op"].offset |
+        bits = (int(getattr(self.op, "value", self.op)) << layout["op"].offset |
                 self.args_bits << layout["args"].offset | self.part << layout["part"].offset |
-                vcmp_word << layout["vcmp_word"].offset | steps << layout["steps"].offset)
+                steps << layout["steps"].offset)
+        for port, word in zip("abw", first):
+            bits |= word << layout[f"{port}_first"].offset
+        return bits
 
 
 def cmd(opcode, /, part=PART, **fields):
