@@ -35,6 +35,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
 from ..kernels.isa import MicroOp, MicroArgs, FaultCause, VectorCfg
+from .compare import at_least
 from .copies import copy
 from .mac_array import MacArray
 from .scratchpad import SpadPortSignature, point as spad_point, registered_word
@@ -432,8 +433,9 @@ class ComputeUnit(wiring.Component):
 
         def step(ptr, out, start, stride, room):
             """Set ``ptr`` to ``start + stride`` and ``out`` to its partition test, made
-            against ``room`` (``limit - stride``) from ``start``."""
-            return [ptr.eq((start + stride)[:len(ptr)]), out.eq(start >= room)]
+            against ``room`` (``limit - stride``) from ``start`` (a carry chain, as in
+            point())."""
+            return [ptr.eq((start + stride)[:len(ptr)]), out.eq(at_least(start, room))]
 
         # The opcode, decoded as the command is accepted (below): one flip-flop per
         # operation, so that the issue and data stages start from registers rather

@@ -299,8 +299,30 @@ class Dma(wiring.Component):
         # the registers here, and on the scratchpad's banks there (the tile wires
         # `Scratchpad.abort` to the same signal).
         with m.If(~running):
+            # A command's operands load in every cycle the engine is idle, whether the
+            # queue offers one or not (they mean nothing until `running` rises): only
+            # the state waits for `valid`. (The queue's `valid` in front of every
+            # operand register's enable was 10.17 ns of ce9846f's routed paths, into
+            # `row`; docs/fpga-timing.md, step 48.)
+            p = self.cmd.payload
+            m.d.sync += [
+                store.eq(p.store),
+                part.eq(p.part),
+                gmem_stride.eq(p.gmem_stride),
+                spad_stride.eq(p.spad_stride),
+                last_row.eq(p.rows - 1),
+                last_col.eq(p.cols - 1),
+                row_last.eq(p.rows == 1),
+                col_last.eq(p.cols == 1),
+                row.eq(0),
+                col.eq(0),
+                next_row_gaddr.eq(p.gmem_addr + p.gmem_stride),
+                next_row_saddr.eq(p.spad_addr + p.spad_stride),
+            ]
+            m.d.comb += next_offset.eq(p.spad_addr)
+            set_saddr(p.spad_addr, p.spad_addr >= self.limit)
+            set_gaddr(p.gmem_addr, p.gmem_addr >= cfg.gmem_words)
             with m.If(self.cmd.valid & self.cmd.ready):
-                p = self.cmd.payload
                 empty = (p.rows == 0) | (p.cols == 0)
                 m.d.sync += [
                     running.eq(~empty),
@@ -310,22 +332,7 @@ class Dma(wiring.Component):
                     again.eq(0),
                     reread.eq(0),
                     pend.eq(0),
-                    store.eq(p.store),
-                    part.eq(p.part),
-                    gmem_stride.eq(p.gmem_stride),
-                    spad_stride.eq(p.spad_stride),
-                    last_row.eq(p.rows - 1),
-                    last_col.eq(p.cols - 1),
-                    row_last.eq(p.rows == 1),
-                    col_last.eq(p.cols == 1),
-                    row.eq(0),
-                    col.eq(0),
-                    next_row_gaddr.eq(p.gmem_addr + p.gmem_stride),
-                    next_row_saddr.eq(p.spad_addr + p.spad_stride),
                 ]
-                m.d.comb += next_offset.eq(p.spad_addr)
-                set_saddr(p.spad_addr, p.spad_addr >= self.limit)
-                set_gaddr(p.gmem_addr, p.gmem_addr >= cfg.gmem_words)
 
         with m.Elif(~store):
             # Load. Write stage first: it holds the earlier word, so its fault wins.

@@ -35,6 +35,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig
+from .compare import at_least
 from .copies import copy
 
 
@@ -47,9 +48,22 @@ def point(offset, outside, value, limit):
     ``outside`` to the partition test of it against ``limit`` (:attr:`Scratchpad.limit`
     of the open partition), registered with it: the units make the test as they set an
     address, so that none of their decisions waits for the port's ``fault``. ``limit``
-    is at most 2**16, so an offset past the port's 16 bits is outside."""
+    is at most 2**16, so an offset past the port's 16 bits is outside. (The test is a
+    carry chain, :func:`~fusetile.hdl.compare.at_least`: as a comparison, Yosys built
+    the compute unit's as ripples of LUTs.)"""
     value = Value.cast(value)[:len(offset)]
-    return [offset.eq(value), outside.eq(value >= limit)]
+    return [offset.eq(value), outside.eq(at_least(value, limit))]
+
+
+def _select(values, index):
+    """``values[index]``, 0 past the end, as a tree of two-way multiplexers on the bits
+    of ``index``. (An :class:`Array`'s selection is a case per value, each comparing
+    the whole index: from `kernel_part` through it into the ports' limits was six
+    LUTs, 10.23 ns of ce9846f's routed paths; docs/fpga-timing.md, step 48.)"""
+    values = list(values) + [0] * ((1 << len(index)) - len(values))
+    for bit in Value.cast(index):
+        values = [Mux(bit, high, low) for low, high in zip(values[0::2], values[1::2])]
+    return values[0]
 
 
 def spad_read_parts(config):
@@ -293,9 +307,9 @@ class Scratchpad(wiring.Component):
         m.d.sync += open_part.eq(self.part)
         first_row = Signal(16)
         limit = Signal(17)
-        with m.If(self.part < cfg.partitions):
-            m.d.comb += [first_row.eq(_bank_row(self.part_base[self.part], cfg)[1]),
-                         limit.eq(Array(limits)[self.part])]
+        bases = [_bank_row(self.part_base[p], cfg)[1] for p in range(cfg.partitions)]
+        m.d.comb += [first_row.eq(_select(bases, self.part)),
+                     limit.eq(_select(limits, self.part))]
         m.d.sync += self.limit.eq(limit)
         # Each port tests and places its accesses with registers of its own, copies
         # (`copy`) that the build keeps apart: one register for all four ports sat
