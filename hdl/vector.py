@@ -486,8 +486,7 @@ class VectorAlu(wiring.Component):
     VCLAMP's selection: stage 2, where a row comes in); the multipliers' operand
     registers; partial products, in the DSP blocks and again beside the adders; the
     products' sum; shift and sticky; rounding and zero point; clamp; output register.
-    VADD is
-    ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
+    VADD is ``(a - ZP_A) * MULT_A + (b - ZP_B) * MULT_B`` and a VPOOL average is
     ``sum * MULT_A + 0 * MULT_B``: both share the lane multipliers. Beside stages
     2..9, VCMP and VARGMAX find the word's maximum and its lane a level of the lane
     tree per stage (three stages for 8 lanes, four for 16; beyond, two or more levels
