@@ -107,7 +107,8 @@ class ControlUnit(wiring.Component):
     Attributes
     ----------
     start, swap, clear_fault, abort : In(1)
-        Host commands (one-cycle pulses from CTRL).
+        Host commands (one-cycle pulses from CTRL). ``abort`` is taken the cycle after
+        its pulse.
     watchdog_limit : In(32)
         Cycle limit for one plan run; 0 disables the watchdog.
     slot_valid : In(kernel_slots)
@@ -932,11 +933,18 @@ class ControlUnit(wiring.Component):
                 m.d.comb += [miss.eq(1), self.events.spec_fault.eq(~hard_fault)]
 
         # The watchdog and the host's abort stop the tile even inside a speculative
-        # region; they are raised last, so their cause wins.
-        m.d.comb += hard_fault.eq(self.running & (watchdog_hit | self.abort))
+        # region; they are raised last, so their cause wins. The abort is taken the
+        # cycle after its pulse, from a register of the control unit's own: from the
+        # CSR's flip-flop, across the device, it was the first 1.5 ns of 0059dff's
+        # routed worst path (10.55 ns, into the state's reset through the fault and
+        # `void`; docs/fpga-timing.md, step 49). A bus write takes several cycles, so
+        # the host sees no difference.
+        abort_taken = Signal()
+        m.d.sync += abort_taken.eq(self.abort)
+        m.d.comb += hard_fault.eq(self.running & (watchdog_hit | abort_taken))
         with m.If(self.running & watchdog_hit):
             raise_overriding_fault(FaultCause.WATCHDOG, watchdog)
-        with m.If(self.running & self.abort):
+        with m.If(self.running & abort_taken):
             raise_overriding_fault(FaultCause.ABORTED)
         stop = Signal()
         m.d.comb += stop.eq(fault & ~self.speculating | hard_fault)

@@ -11,7 +11,8 @@ slot-table entry, its partition's table entry) answer ERR, set REFUSED_ADDR and 
 in ``refused_writes``. Unmapped addresses answer ERR.
 
 Time is the model's clock: each bus access takes 2 cycles (the access is seen in the
-first, answered in the second; on the RTL, which registers it before decoding it, a
+first, answered in the second; a write of ``CTRL.abort`` takes a third, in which the
+tile takes the abort; on the RTL, which registers it before decoding it, a
 CSR access takes 2 to 4 cycles and a counter read 5 to 11, and nothing the tile counts
 depends on it) and :meth:`wait_cycles` runs the model ``n`` cycles, so a plan takes
 time and the host can act while it runs.
@@ -204,6 +205,10 @@ class ModelTransport(Transport):
             pulses = dict(pulses, refused=1)
             self._refused_addr = addr
         m.step(1, **pulses)                         # the cycle of ACK / ERR
+        if pulses.get("abort"):
+            # The control unit takes an abort the cycle after its pulse; on the RTL the
+            # next access reads nothing sooner.
+            m.step(1)
         return bool(ok), data
 
     def _decode(self, addr, write, value):

@@ -238,7 +238,8 @@ class TileModel:
     ...) changes state directly, in no time and without the tile's write protection;
     :class:`fusetile.host.model_transport.ModelTransport` adds the bus, its timing and
     its refusals. Commands (:meth:`start`, :meth:`request_swap`, :meth:`clear_fault`,
-    :meth:`abort`, :meth:`clear_counters`) take one cycle each, as CTRL pulses do.
+    :meth:`clear_counters`) take one cycle each, as CTRL pulses do; :meth:`abort` takes
+    two, as the control unit takes its pulse the cycle after it.
 
         model = TileModel(TileConfig())
         model.set_partition(0, base=0, length=64)
@@ -343,6 +344,8 @@ class TileModel:
         self._busy_seen = 0          # the unit's busy, as the sequencer sees it (registered)
         self._abort_units = 0        # a fault or miss last cycle: the units are aborted
                                      # in this one (the control unit's register)
+        self._abort_taken = 0        # the host's abort pulse of last cycle, taken in
+                                     # this one (the control unit's register)
         self._pending_flag = None    # (flag, value) a VCMP (or a VARGMAX with test)
                                      # writes in its last busy cycle
         self._checked = 0            # cycles the compute instruction in MICRO_EXEC has
@@ -438,7 +441,7 @@ class TileModel:
         self.request_swap()
         return bank
 
-    # -- commands (one cycle each, like CTRL pulses) ----------------------------------
+    # -- commands (one cycle each, like CTRL pulses; abort two) -------------------------
     def start(self):
         self.step(1, start=1)
 
@@ -449,7 +452,8 @@ class TileModel:
         self.step(1, clear_fault=1)
 
     def abort(self):
-        self.step(1, abort=1)
+        """The pulse, and the cycle after it, in which the control unit takes it."""
+        self.step(2, abort=1)
 
     def clear_counters(self):
         self.step(1, perf_clear=1)
@@ -672,6 +676,7 @@ class TileModel:
         unit_busy = self._compute_unit if compute_busy else None
         compute_pending = self._compute_cmd is not None or self._busy_seen
         abort_units = self._abort_units
+        abort_taken, self._abort_taken = self._abort_taken, int(bool(p.get("abort")))
 
         ev = _Events()
         tr = {}                 # the sequencer's state changes, unless a fault/miss wins
@@ -871,7 +876,7 @@ class TileModel:
             fault = dma_fault
         if running and self.watchdog_limit and self.watchdog >= self.watchdog_limit:
             fault = (FaultCause.WATCHDOG, self.watchdog, 0)
-        if running and p.get("abort"):
+        if running and abort_taken:
             fault = (FaultCause.ABORTED, 0, 0)
 
         # As in the RTL, a VCMP's flag (and a testing VARGMAX's) lands in the compute
@@ -1089,7 +1094,7 @@ class TileModel:
         """How many of the next ``n`` cycles change nothing but counts, countdowns and
         DMA words (0: step one cycle)."""
         if n < 2 or self._inner or self._draining or self._staging_overflow or \
-                self._engine_fault is not None or self._abort_units:
+                self._engine_fault is not None or self._abort_units or self._abort_taken:
             return 0
         c = self.now
         if self.state in (_IDLE, _FAULT):
