@@ -83,6 +83,11 @@ class PerfCounters(wiring.Component):
     cycles after the ``stb``. Counters named in ``immediate`` are plain 64-bit registers
     instead, readable every cycle through :attr:`value` (``CYCLES``, which the control
     unit stamps into trace records); they count the increment of their own cycle.
+    Counters named in ``pipelined`` register their increments once more, with
+    ``freeze``, ``clear`` and ``void`` delayed to match, so they count exactly the
+    same; a read of one counts the events up to a cycle from two before its ``stb``
+    (for events decided far from the counters, in long logic: the
+    scratchpad's bank accesses, behind its arbitration).
 
     Parameters
     ----------
@@ -94,6 +99,8 @@ class PerfCounters(wiring.Component):
         Names of counters kept in registers.
     voidable : iterable of str
         Names of counters (kept in the RAM) whose increments :attr:`void` cancels.
+    pipelined : iterable of str
+        Names of counters (kept in the RAM) whose increments are registered once more.
 
     Attributes
     ----------
@@ -118,7 +125,7 @@ class PerfCounters(wiring.Component):
     ValueError
         If a name repeats, an increment width is not from 1 to 32 (or a mapping
         misses or adds names), ``immediate`` names a counter that does not exist, or
-        ``voidable`` one that does not exist or is immediate.
+        ``voidable`` or ``pipelined`` one that does not exist or is immediate.
     """
 
     #: Counters per group of the first step of a read's pending-count selection, and
@@ -126,7 +133,7 @@ class PerfCounters(wiring.Component):
     READ_GROUP = 8
     READ_GROUP2 = 4
 
-    def __init__(self, names, *, inc_width=8, immediate=(), voidable=()):
+    def __init__(self, names, *, inc_width=8, immediate=(), voidable=(), pipelined=()):
         names = list(names)
         if not names or len(set(names)) != len(names):
             raise ValueError(f"Counter names must be unique and at least one, not {names!r}")
@@ -143,13 +150,15 @@ class PerfCounters(wiring.Component):
         unknown = set(immediate) - set(names)
         if unknown:
             raise ValueError(f"immediate names counters that do not exist: {sorted(unknown)!r}")
-        wrong = set(voidable) - (set(names) - set(immediate))
-        if wrong:
-            raise ValueError(f"voidable names counters that do not exist or are immediate: "
-                             f"{sorted(wrong)!r}")
+        for option, given in (("voidable", voidable), ("pipelined", pipelined)):
+            wrong = set(given) - (set(names) - set(immediate))
+            if wrong:
+                raise ValueError(f"{option} names counters that do not exist or are "
+                                 f"immediate: {sorted(wrong)!r}")
         self.names = names
         self.immediate = frozenset(immediate)
         self.voidable = frozenset(voidable)
+        self.pipelined = frozenset(pipelined)
         self.inc = {n: Signal(widths[n], name=f"inc_{_ident(n)}") for n in names}
         self.value = {n: Signal(64, name=f"ctr_{_ident(n)}") for n in names
                       if n in self.immediate}
@@ -309,20 +318,29 @@ class PerfCounters(wiring.Component):
         # the selection of a per-slot or per-flag counter, and the adder are three
         # paths. (With the selection in the first, the control unit's events into the
         # per-flag counters were the ULX3S build's worst path, step 32.)
-        freeze_1 = Signal(name="freeze_1")
-        clear_1 = Signal(name="clear_1")
-        void_1 = Signal(name="void_1")
-        m.d.sync += [freeze_1.eq(self.freeze), clear_1.eq(self.clear), void_1.eq(self.void)]
+        # A pipelined counter's increment is registered once more first (`early`),
+        # with `freeze`, `clear` and `void` a cycle later to match, and a clear of the
+        # cycle between dropping it too.
+        freeze_1, freeze_2 = Signal(name="freeze_1"), Signal(name="freeze_2")
+        clear_1, clear_2 = Signal(name="clear_1"), Signal(name="clear_2")
+        void_1, void_2 = Signal(name="void_1"), Signal(name="void_2")
+        m.d.sync += [freeze_1.eq(self.freeze), clear_1.eq(self.clear), void_1.eq(self.void),
+                     freeze_2.eq(freeze_1), clear_2.eq(clear_1), void_2.eq(void_1)]
         for i, (n, p) in enumerate(zip(in_ram, pending)):
             raw = Signal.like(self.inc[n], name=f"raw_{_ident(n)}")
             staged = Signal.like(self.inc[n], name=f"staged_{_ident(n)}")
-            dropped = freeze_1 | clear_1 | self.clear
+            if n in self.pipelined:
+                early = Signal.like(self.inc[n], name=f"early_{_ident(n)}")
+                m.d.sync += [early.eq(self.inc[n]), raw.eq(early)]
+                dropped = freeze_2 | clear_2 | clear_1 | self.clear
+                voided = void_2
+            else:
+                m.d.sync += raw.eq(self.inc[n])
+                dropped = freeze_1 | clear_1 | self.clear
+                voided = void_1
             if n in self.voidable:
-                dropped = dropped | void_1
-            m.d.sync += [
-                raw.eq(self.inc[n]),
-                staged.eq(Mux(dropped, 0, raw)),
-            ]
+                dropped = dropped | voided
+            m.d.sync += staged.eq(Mux(dropped, 0, raw))
             with m.If(self.clear):
                 m.d.sync += p.eq(0)
             with m.Elif(~reading & (scan == i)):

@@ -31,30 +31,31 @@ async def read_all(ctx, dut, names):
 
 
 def test_count_freeze_clear():
-    """``A`` and ``B`` live in the RAM, ``C`` in a register; freeze and clear act on
-    the events of their own cycle either way."""
-    dut = PerfCounters(["A", "B", "C"], immediate=["C"])
+    """``A``, ``B`` and ``D`` live in the RAM (``D`` pipelined), ``C`` in a register;
+    freeze and clear act on the events of their own cycle either way."""
+    dut = PerfCounters(["A", "B", "C", "D"], immediate=["C"], pipelined=["D"])
 
     async def bench(ctx):
-        assert await read_all(ctx, dut, "ABC") == [0, 0, 0]
+        assert await read_all(ctx, dut, "ABCD") == [0, 0, 0, 0]
         ctx.set(dut.inc["A"], 1)
         ctx.set(dut.inc["B"], 8)
         ctx.set(dut.inc["C"], 1)
+        ctx.set(dut.inc["D"], 1)
         await ctx.tick().repeat(5)
         ctx.set(dut.freeze, 1)
         # Five cycles' events; none of the freeze's own, nor of the reads' cycles.
-        assert await read_all(ctx, dut, "ABC") == [5, 40, 5]
+        assert await read_all(ctx, dut, "ABCD") == [5, 40, 5, 5]
         assert ctx.get(dut.value["C"]) == 5
         await ctx.tick().repeat(50)
-        assert await read_all(ctx, dut, "ABC") == [5, 40, 5]
+        assert await read_all(ctx, dut, "ABCD") == [5, 40, 5, 5]
         ctx.set(dut.clear, 1)
         await ctx.tick()
         ctx.set(dut.clear, 0)
-        assert await read_all(ctx, dut, "ABC") == [0, 0, 0]
+        assert await read_all(ctx, dut, "ABCD") == [0, 0, 0, 0]
         ctx.set(dut.freeze, 0)
         await ctx.tick().repeat(2)
         ctx.set(dut.freeze, 1)
-        assert await read_all(ctx, dut, "ABC") == [2, 16, 2]
+        assert await read_all(ctx, dut, "ABCD") == [2, 16, 2, 2]
         ctx.set(dut.freeze, 0)
         # An event in a clear's cycle is not counted, one just before it is cleared.
         ctx.set(dut.clear, 1)
@@ -62,9 +63,11 @@ def test_count_freeze_clear():
         ctx.set(dut.clear, 0)
         ctx.set(dut.inc["A"], 0)
         ctx.set(dut.inc["B"], 0)
+        ctx.set(dut.inc["D"], 0)
         await ctx.tick().repeat(3)
         assert (await read(ctx, dut, "A"))[0] == 0
         assert (await read(ctx, dut, "B"))[0] == 0
+        assert (await read(ctx, dut, "D"))[0] == 0
 
     run(dut, bench)
 
@@ -97,20 +100,26 @@ def test_exact_under_reads_freeze_and_clear():
     """Many counters near their largest increment every cycle, reads back to back (the
     scanner's slowest pace), random freezes, clears (in a read's ``stb`` cycle and while
     it waits) and voids (of every third counter): every read is the count of one cycle
-    from its ``stb`` to its ``ack``, and a frozen set reads exactly."""
+    from its ``stb`` to its ``ack`` (from two cycles before, for the pipelined counters:
+    every fourth), and a frozen set reads exactly."""
     rng = random.Random(7)
     names = [f"E{i}" for i in range(20)] + ["CYCLES"]
     widths = {n: 1 + i % 5 for i, n in enumerate(names)}
     voidable = names[:-1:3]
-    dut = PerfCounters(names, inc_width=widths, immediate=["CYCLES"], voidable=voidable)
+    pipelined = names[1:-1:4]
+    assert set(voidable) & set(pipelined)
+    dut = PerfCounters(names, inc_width=widths, immediate=["CYCLES"], voidable=voidable,
+                       pipelined=pipelined)
 
     async def bench(ctx):
         counts = dict.fromkeys(names, 0)     # what each counter should hold now
+        before = dict(counts)                # and held a cycle ago
         incs = dict.fromkeys(names, 0)
         control = {"freeze": 0, "clear": 0, "clears": 0, "void": 0}
 
         async def cycle(clear_next=False):
             await ctx.tick()
+            before.update(counts)
             for n in names:
                 if control["clear"]:
                     counts[n] = 0
@@ -136,7 +145,8 @@ def test_exact_under_reads_freeze_and_clear():
             ctx.set(dut.clear, control["clear"])
             ctx.set(dut.void, control["void"])
             name = rng.choice(names)
-            history = [counts[name]]
+            history = [before[name]] if name in pipelined else []
+            history.append(counts[name])
             ctx.set(dut.read.stb, 1)
             ctx.set(dut.read.index, names.index(name))
             await cycle(clear_next=rng.random() < 0.03)
@@ -245,3 +255,9 @@ def test_voidable_names_checked():
     raises_in_constructor(ValueError, r"voidable names counters that do not exist or are "
                           r"immediate: \['B', 'C'\]",
                           PerfCounters, ["A", "C"], immediate=["C"], voidable=["A", "B", "C"])
+
+
+def test_pipelined_names_checked():
+    raises_in_constructor(ValueError, r"pipelined names counters that do not exist or are "
+                          r"immediate: \['B', 'C'\]",
+                          PerfCounters, ["A", "C"], immediate=["C"], pipelined=["A", "B", "C"])
