@@ -85,8 +85,8 @@ class PerfCounters(wiring.Component):
     unit stamps into trace records); they count the increment of their own cycle.
     Counters named in ``pipelined`` register their increments once more, with
     ``freeze``, ``clear`` and ``void`` delayed to match, so they count exactly the
-    same; a read of one counts the events up to a cycle from two before its ``stb``
-    (for events decided far from the counters, in long logic: the
+    same; a read of one counts the events up to a cycle from two before its ``stb``.
+    They are for events decided far from the counters, in long logic (the
     scratchpad's bank accesses, behind its arbitration).
 
     Parameters
