@@ -26,7 +26,8 @@ from .registers import Access, Field, Register, Counter, Window, MemoryMap
 
 __all__ = [
     "MAGIC", "VERSION", "CSR_BASE", "CSR_SPAN", "PLAN_BASE", "SLOT_BASE", "GMEM_BASE",
-    "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "BANK_COUNTERS", "TRACE_WORDS",
+    "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "BANK_COUNTERS",
+    "PIPELINED_COUNTERS", "TRACE_WORDS",
     "tile_memory_map", "bus_regions", "hwcfg_values", "config_from_hwcfg",
 ]
 
@@ -99,6 +100,17 @@ SLOT_COUNTERS = (
     ("calls",  "Calls of this kernel slot."),
     ("cycles", "Cycles spent in this kernel slot."),
 )
+
+# The counters that take their events a cycle later than the others, by name (an
+# indexed set by its name without the index): one more register behind the
+# scratchpad's arbitration, whose bank accesses and conflicts are decided late in the
+# cycle (docs/fpga-timing.md, step 49). Freezes and clears apply to them exactly as to
+# the others; only a read sees their events a cycle later.
+PIPELINED_COUNTERS = ("BANK_CONFLICTS", "BANK_READS", "BANK_WRITES")
+assert set(PIPELINED_COUNTERS) <= {name.upper() for name, _ in COUNTERS} | {
+    f"{prefix}_{name.upper()}" for prefix, names in (
+        ("SLOT", SLOT_COUNTERS), ("BRANCH", BRANCH_COUNTERS), ("BANK", BANK_COUNTERS))
+    for name, _ in names}
 
 
 def _log2(n):

@@ -8,7 +8,8 @@ from ..kernels.config import TileConfig
 from . import wishbone
 from ..kernels.isa import FLAGS, INDEX_REGS
 from .regmap import (tile_memory_map, bus_regions, hwcfg_values, COUNTERS, SLOT_COUNTERS,
-                     BRANCH_COUNTERS, BANK_COUNTERS, ADDR_WIDTH, CSR_SPAN)
+                     BRANCH_COUNTERS, BANK_COUNTERS, PIPELINED_COUNTERS, ADDR_WIDTH,
+                     CSR_SPAN)
 from .csr import CsrBank
 from .counters import PerfCounters
 from .trace import TraceFifo
@@ -339,8 +340,7 @@ class Tile(wiring.Component):
         # arbitration, from the DMA port's offset: into the counters' first registers,
         # they were 10.03 and 9.67 ns of 0059dff's routed build (docs/fpga-timing.md,
         # step 49).
-        pipelined = [n for n in names
-                     if n == "BANK_CONFLICTS" or n.startswith(("BANK_READS[", "BANK_WRITES["))]
+        pipelined = [n for n in names if n.split("[")[0] in PIPELINED_COUNTERS]
         m.submodules.counters = counters = PerfCounters(
             names, inc_width={n: len(Value.cast(increments[n])) for n in names},
             immediate=["CYCLES"], voidable=voidable, pipelined=pipelined)

@@ -246,9 +246,10 @@ def markdown(config=TileConfig()):
       "(bits 63:32) at +4. Reading `_LO` latches `_HI`, so a read of LO then HI is atomic. "
       "`PERF_CTRL` freezes and clears them all. The counters are kept in a RAM: a read of "
       "`_LO` is answered 5 to 11 cycles after it is seen, a read of `_HI` in four. The "
-      "bank counters (`BANK_CONFLICTS`, `BANK_READS`, `BANK_WRITES`) take their events a "
-      "cycle later than the others (one more register behind the scratchpad's "
-      "arbitration); freezes and clears apply to them exactly as to the others.")
+      "bank counters (" + ", ".join(f"`{n}`" for n in regmap.PIPELINED_COUNTERS) + ") "
+      "take their events a cycle later than the others (one more register behind the "
+      "scratchpad's arbitration); freezes and clears apply to them exactly as to the "
+      "others.")
     w("")
     w("| LO address | HI address | Counter | Host name | Description |")
     w("|---|---|---|---|---|")
