@@ -119,8 +119,9 @@ class MacArray(wiring.Component):
         added to the bias); with a step being added in that next cycle what ACC gets
         is undefined.
     bias_value : In(ArrayLayout(signed(32), rows))
-        The bias per row, read in the cycle after ``bias_valid``; as bits, the
-        little-endian int32 array ACC_BIAS reads from the scratchpad.
+        The bias per row, held from the cycle of ``bias_valid`` through the next (the
+        fabric's accumulators take it in the first, the DSP blocks' in the second); as
+        bits, the little-endian int32 array ACC_BIAS reads from the scratchpad.
     row : In(range(rows))
         Row of ACC to read out (``row >= rows``: ``acc_row`` reads 0).
     acc_row : Out(ArrayLayout(signed(32), cols))
@@ -248,7 +249,13 @@ class MacArray(wiring.Component):
         else:
             for i in range(cfg.rows):
                 for j in range(cfg.cols):
-                    init = Mux(bias_load[i][j], self.bias_value[i], 0)
+                    # The bias, a copy per accumulator taken in `bias_valid`'s cycle:
+                    # read straight from the compute unit's buffer, it crossed the array
+                    # into the adders' choices (6.8 ns of wire in a 9.92 ns path of
+                    # 0059dff's ULX3S build, docs/fpga-timing.md step 50).
+                    bias = copy(Signal(signed(32), name=f"bias_{i}_{j}", reset_less=True))
+                    m.d.sync += bias.eq(self.bias_value[i])
+                    init = Mux(bias_load[i][j], bias, 0)
                     # The product register: on an ECP5 the DSP block's own (its
                     # operands come from the shared registers above).
                     m.submodules[f"mul_{i}_{j}"] = mul = Multiplier(signed(8), signed(8),
