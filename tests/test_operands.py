@@ -9,14 +9,11 @@ from amaranth.sim import Simulator
 
 from fusetile.hdl.operands import OperandCheck
 from fusetile.kernels.config import TileConfig
-from fusetile.kernels.isa import MicroInstr, MicroOp
+from fusetile.kernels.isa import COMPUTE_OPS, MicroInstr, MicroOp
 from fusetile.kernels.model import decode_micro
 from fusetile.kernels.operands import MAX_OPERANDS, illegal_operands, operand_ends
 from fusetile.kernels.program import (acc_bias, matmul, requant, vadd, vargmax, vclamp, vcmp,
                                       vpool)
-
-COMPUTE_OPS = [MicroOp.MATMUL, MicroOp.ACC_BIAS, MicroOp.REQUANT, MicroOp.VADD,
-               MicroOp.VPOOL, MicroOp.VCLAMP, MicroOp.VCMP, MicroOp.VARGMAX, MicroOp.VCFG]
 
 
 def test_config_checked():
