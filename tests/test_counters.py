@@ -3,7 +3,10 @@ import random
 from wb_helpers import raises_in_constructor
 from amaranth.sim import Simulator
 
+from fusetile.hdl import tile
 from fusetile.hdl.counters import CounterReadSignature, PerfCounters
+from fusetile.hdl.regmap import PIPELINED_COUNTERS
+from fusetile.kernels.config import TileConfig
 
 
 def run(dut, bench):
@@ -261,3 +264,24 @@ def test_pipelined_names_checked():
     raises_in_constructor(ValueError, r"pipelined names counters that do not exist or are "
                           r"immediate: \['B', 'C'\]",
                           PerfCounters, ["A", "C"], immediate=["C"], pipelined=["A", "B", "C"])
+
+
+def test_tile_pipelines_the_register_maps_counters(monkeypatch):
+    """The tile pipelines exactly the counters `PIPELINED_COUNTERS` names (the list
+    docs/registers.md's sentence on them is generated from), every index of a set."""
+    built = []
+
+    class Recorded(PerfCounters):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(tile, "PerfCounters", Recorded)
+    cfg = TileConfig()
+    assert cfg.bank_counters
+    tile.Tile(cfg).elaborate(None)
+    (counters,) = built
+    assert counters.pipelined == {n for n in counters.names
+                                  if n.split("[")[0] in PIPELINED_COUNTERS}
+    assert {n.split("[")[0] for n in counters.pipelined} == set(PIPELINED_COUNTERS)
+    assert sum(n.startswith("BANK_READS[") for n in counters.pipelined) == cfg.spad_banks
