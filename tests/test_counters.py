@@ -1,6 +1,7 @@
 import random
 
 from wb_helpers import raises_in_constructor
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from fusetile.hdl import tile
@@ -279,7 +280,7 @@ def test_tile_pipelines_the_register_maps_counters(monkeypatch):
     monkeypatch.setattr(tile, "PerfCounters", Recorded)
     cfg = TileConfig()
     assert cfg.bank_counters
-    tile.Tile(cfg).elaborate(None)
+    Fragment.get(tile.Tile(cfg), None)
     (counters,) = built
     assert counters.pipelined == {n for n in counters.names
                                   if n.split("[")[0] in PIPELINED_COUNTERS}
