@@ -48,6 +48,11 @@ class Multiplier(wiring.Component):
     a_shape, b_shape : shape-castable
         The operands' shapes: signed or unsigned, at most 18 bits.
     latency : 1 or 2
+    fabric_product : bool
+        On an ECP5, register the product in the fabric instead of the DSP block, so
+        that the placer can put the register beside the logic that reads it: the
+        block's output register puts the wire out of the block in front of that
+        logic, the fabric's puts it behind the multiply. Same cycles.
 
     Attributes
     ----------
@@ -62,12 +67,13 @@ class Multiplier(wiring.Component):
         If an operand is wider than 18 bits or ``latency`` is not 1 or 2.
     """
 
-    def __init__(self, a_shape, b_shape, *, latency=2):
+    def __init__(self, a_shape, b_shape, *, latency=2, fabric_product=False):
         a_shape = _check_shape("a_shape", a_shape)
         b_shape = _check_shape("b_shape", b_shape)
         if latency not in (1, 2):
             raise ValueError(f"latency must be 1 or 2, not {latency!r}")
         self.latency = latency
+        self.fabric_product = bool(fabric_product)
         product = (Signal(a_shape) * Signal(b_shape)).shape()
         super().__init__({
             "a": In(a_shape),
@@ -98,7 +104,13 @@ class Multiplier(wiring.Component):
         a = Signal(_DSP_BITS)
         b = Signal(_DSP_BITS)
         p = Signal(_DSP_PRODUCT)
-        m.d.comb += [a.eq(self.a), b.eq(self.b), self.p.eq(p[:len(self.p)])]
+        m.d.comb += [a.eq(self.a), b.eq(self.b)]
+        if self.fabric_product:
+            p_reg = Signal.like(self.p, name="p_reg", reset_less=True)
+            m.d.sync += p_reg.eq(p[:len(self.p)])
+            m.d.comb += self.p.eq(p_reg)
+        else:
+            m.d.comb += self.p.eq(p[:len(self.p)])
         operand_clock = "CLK0" if self.latency == 2 else "NONE"
         ports = {}
         for k in range(_DSP_BITS):
@@ -115,7 +127,7 @@ class Multiplier(wiring.Component):
             "MULT18X18D",
             p_REG_INPUTA_CLK=operand_clock,
             p_REG_INPUTB_CLK=operand_clock,
-            p_REG_OUTPUT_CLK="CLK0",
+            p_REG_OUTPUT_CLK="NONE" if self.fabric_product else "CLK0",
             p_GSR="DISABLED",
             i_SIGNEDA=int(self.a.shape().signed),
             i_SIGNEDB=int(self.b.shape().signed),

@@ -111,14 +111,18 @@ endmodule
 """
 
 
+@pytest.mark.parametrize("fabric_product", [False, True], ids=["block", "fabric"])
 @pytest.mark.parametrize("latency", [1, 2])
 @pytest.mark.parametrize("a_shape, b_shape", SHAPES, ids=IDS)
-def test_mult18x18d_instance_in_icarus(a_shape, b_shape, latency, tmp_path):
+def test_mult18x18d_instance_in_icarus(a_shape, b_shape, latency, fabric_product, tmp_path):
     """The multiplier as built for the ECP5 (a MULT18X18D instance) in Icarus, with the
-    model above: the same products, the same number of cycles later."""
-    dut = Multiplier(a_shape, b_shape, latency=latency)
+    model above: the same products, the same number of cycles later, with the product's
+    register in the block or in the fabric."""
+    dut = Multiplier(a_shape, b_shape, latency=latency, fabric_product=fabric_product)
     netlist = verilog.convert(dut, name="mul", platform=ULX3S_85F_Platform())
     assert netlist.count("MULT18X18D ") == 1 and " * " not in netlist   # no fabric multiply
+    output_register = '"NONE"' if fabric_product else '"CLK0"'
+    assert f".REG_OUTPUT_CLK({output_register})" in netlist
     (tmp_path / "mul.v").write_text(netlist)
     (tmp_path / "mult18x18d.v").write_text(_mult18x18d_model())
     pairs = operands(a_shape, b_shape, 60, seed=a_shape.width * 17 + b_shape.width)
