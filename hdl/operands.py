@@ -39,18 +39,19 @@ class OperandCheck(wiring.Component):
     (``n - 1``, a parameter block's last word) or which of the two products it adds,
     and whether the instruction is illegal; the two multipliers take their operands
     (count x stride) into the DSP blocks' input registers. The second multiplies, into
-    product registers in the fabric beside the comparisons (from the blocks' own
-    output registers, 2.6 ns of wire and a carry chain into the control unit's
-    `armed` were 9.90 ns of 0059dff's ULX3S build: docs/fpga-timing.md, step 50), and
-    registers the room each operand's partition leaves after its base (``limit -
-    base``) and whether an extra already reaches past it. The third compares each product with each room, combinationally, and
-    ``valid`` rises: an operand's end is past its partition if its product (or its
-    extra) reaches its room, ``base + extent >= limit`` with no adder in front of the
-    comparison. VPOOL's input adds both products: the third stage registers their sum,
-    compared a cycle later. ``ends``, for the fault's address, are registered a cycle
-    after ``valid``. (In two stages, the products' adds and the comparison after them,
-    and the instruction's decode in front of the multipliers, were the ULX3S build's
-    worst paths, 12.1 to 12.4 ns at d3bfcf1: docs/fpga-timing.md, step 36.)
+    product registers in the fabric beside the comparisons, and registers the room
+    each operand's partition leaves after its base (``limit - base``) and whether an
+    extra already reaches past it. The third compares each product with each room,
+    combinationally, and ``valid`` rises: an operand's end is past its partition if
+    its product (or its extra) reaches its room, ``base + extent >= limit`` with no
+    adder in front of the comparison. VPOOL's input adds both products: the third
+    stage registers their sum, compared a cycle later. ``ends``, for the fault's
+    address, are registered a cycle after ``valid``. (In two stages, the products'
+    adds and the comparison after them, and the instruction's decode in front of the
+    multipliers, were the ULX3S build's worst paths, 12.1 to 12.4 ns at d3bfcf1:
+    docs/fpga-timing.md, step 36. From the DSP blocks' own output registers, 2.6 ns
+    of wire and a carry chain into the control unit's ``armed`` were 9.90 ns of
+    0059dff's: step 50.)
 
     Parameters
     ----------
