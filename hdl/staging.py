@@ -143,8 +143,12 @@ class StagingBuffer(wiring.Component):
                 self.gmem.wclaim.eq(self.dma.wclaim & ~self.speculate),
             ]
 
+        # Outside a drain `head`, `fetched` and `loaded` are already 0 (a drain's last
+        # write and a discard clear them), so a publish only sets `draining`: clearing
+        # them again put the control unit's COMMIT decode in front of their
+        # synchronous resets, 11.82 ns of 36f2362's routed ULX3S build (step 51).
         with m.If(self.publish & ~self.draining & (count != 0)):
-            m.d.sync += [self.draining.eq(1), head.eq(0), fetched.eq(0), loaded.eq(0)]
+            m.d.sync += self.draining.eq(1)
         with m.If(self.discard):
             m.d.sync += [count.eq(0), head.eq(0), self.draining.eq(0), self.overflow.eq(0),
                          fetched.eq(0), loaded.eq(0)]

@@ -154,3 +154,28 @@ def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing():
         seen = run(bench)
         assert [(a, d) for _, a, d in seen.writes] == [(a, a * 3) for a in addrs]
         assert not {c for c, _, _ in seen.writes} & set(seen.reading)
+
+
+def test_a_second_region_publishes_from_its_first_entry():
+    """Regions back to back in one buffer: one published, one discarded half-way
+    through its drain, one published. Each publish starts from the first entry (a
+    drain's end and a discard leave the buffer's read position at it), so only the
+    first and last regions' words reach GMEM, each once and in order."""
+    first, second, third = (5, 9, 12), (20, 21, 22, 23), (30, 31)
+
+    async def bench(ctx, dut, seen):
+        for addrs, discard_after in ((first, None), (second, 4), (third, None)):
+            await stage(ctx, dut, addrs)
+            ctx.set(dut.publish, 1)
+            await ctx.tick()
+            ctx.set(dut.publish, 0)
+            if discard_after is not None:
+                await ctx.tick().repeat(discard_after)     # two words written
+                ctx.set(dut.discard, 1)
+                await ctx.tick()
+                ctx.set(dut.discard, 0)
+            await ctx.tick().repeat(2 * len(addrs) + 2)
+            assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
+
+    writes = [(a, d) for _, a, d in run(bench).writes]
+    assert writes == [(a, a * 3) for a in (*first, 20, 21, *third)]
