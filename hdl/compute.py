@@ -361,6 +361,17 @@ class ComputeUnit(wiring.Component):
 
         # -- issue stage --------------------------------------------------------------
         idx = Signal(16)        # step (MATMUL), word, output (VPOOL) or row (REQUANT)
+        # ... and its row bits again, for REQUANT's reads: the MAC array's row and the
+        # table's entry, a copy for each (`hdl/copies.py`). From `idx`, shared with the
+        # issue stage, the wire to the first LUT of the two selections was 4.7 ns of
+        # 36f2362's routed ULX3S build (10.90 ns into `rq_mult`, step 51). Only the
+        # rows phase reads them, where `idx` is below `rows`.
+        row_bits = max(1, (R - 1).bit_length())
+        mac_row = copy(Signal(row_bits, name="mac_row"))
+        table_row = copy(Signal(row_bits, name="table_row"))
+
+        def set_idx(value):
+            return [idx.eq(value), mac_row.eq(value), table_row.eq(value)]
         total = Signal(16)      # steps of the current phase
         more = Signal()         # idx != total: kept in a register, set with idx, so that
                                 # the port's enable does not wait for a comparison
@@ -512,7 +523,7 @@ class ComputeUnit(wiring.Component):
 
         # ACC row readout for REQUANT: registered, so it arrives with the read stage
         # (a row reads no scratchpad word, so it goes to the requantiser from there).
-        m.d.comb += mac.row.eq(idx)
+        m.d.comb += mac.row.eq(mac_row)
 
         m.d.sync += [
             cap_a.eq(a_performed & ~advance),
@@ -532,7 +543,7 @@ class ComputeUnit(wiring.Component):
                 with m.If(vpool_last_t):
                     m.d.sync += [
                         win_t.eq(0),
-                        idx.eq(idx + 1),
+                        *set_idx(idx + 1),
                         more.eq(idx + 1 != total),
                         row_addr.eq(row_addr + vpool.in_step),
                         *step(ptr_a, a_out, row_addr, vpool.in_step, room_row),
@@ -544,7 +555,7 @@ class ComputeUnit(wiring.Component):
                     ]
             with m.Else():
                 m.d.sync += [
-                    idx.eq(idx + 1),
+                    *set_idx(idx + 1),
                     more.eq(idx + 1 != total),
                     *step(ptr_a, a_out, ptr_a, step_a, room_a),
                     *step(ptr_b, b_out, ptr_b, step_b, room_b),
@@ -620,7 +631,7 @@ class ComputeUnit(wiring.Component):
         # the step's `idx`: the vector unit takes a row straight into its multipliers'
         # operand registers.
         table = Array(buf[64 * i:64 * i + 64] for i in range(R))
-        entry = table[idx[:max(1, (R - 1).bit_length())]]
+        entry = table[table_row]
         rq_mult = Signal(32)
         rq_shift = Signal(5)
         m.d.sync += [
@@ -787,7 +798,7 @@ class ComputeUnit(wiring.Component):
             # back to them untested.
             m.d.comb += squash.eq(1)
             m.d.sync += [
-                idx.eq(w_count),
+                *set_idx(w_count),
                 more.eq(w_count != total),
                 ptr_a.eq(Mux(is_op[MicroOp.VPOOL], w_row, base_a)),
                 ptr_b.eq(base_b),
@@ -802,7 +813,7 @@ class ComputeUnit(wiring.Component):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
                 # (The rows read no word: the pointers stay where the table left them.)
-                m.d.sync += [load.eq(0), rows_phase.eq(1), idx.eq(0),
+                m.d.sync += [load.eq(0), rows_phase.eq(1), *set_idx(0),
                              total.eq(R), more.eq(1)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
@@ -827,7 +838,7 @@ class ComputeUnit(wiring.Component):
             m.d.sync += [
                 args.eq(pa),
                 part.eq(p.part),
-                idx.eq(0),
+                *set_idx(0),
                 more.eq(1),         # every command that runs has a step
                 win_t.eq(0),
                 load.eq(0),
