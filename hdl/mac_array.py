@@ -190,14 +190,11 @@ class MacArray(wiring.Component):
         # 6fd2928's ULX3S build, 10.3 to 10.4 ns: docs/fpga-timing.md, step 47.)
         op_valid = Signal()
         op_first = Signal()
-        op_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
-        op_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
         step_a = self.step.payload.a.as_value()[:8 * cfg.rows]
+        step_b = self.step.payload.b.as_value()[:8 * cfg.cols]
         m.d.sync += [
             op_valid.eq(accepted),
             op_first.eq(self.step.payload.first),
-            op_a.eq(step_a if in_dsp else Mux(accepted, step_a, 0)),
-            op_b.eq(self.step.payload.b.as_value()[:8 * cfg.cols]),
         ]
 
         prod_valid = Signal()
@@ -232,8 +229,12 @@ class MacArray(wiring.Component):
         acc = [[Signal(signed(32), name=f"acc_{i}_{j}", reset_less=in_dsp)
                 for j in range(cfg.cols)] for i in range(cfg.rows)]
         if in_dsp:
-            # The operands again, a row of `a` zero when no step is in it (so that a
-            # bias loads with a zero product), and the accumulate in the DSP block.
+            # The operands, then again with a row of `a` zero when no step is in it
+            # (so that a bias loads with a zero product), and the accumulate in the
+            # DSP block.
+            op_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
+            op_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
+            m.d.sync += [op_a.eq(step_a), op_b.eq(step_b)]
             dsp_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
             dsp_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
             m.d.sync += [
@@ -256,11 +257,18 @@ class MacArray(wiring.Component):
                     bias = copy(Signal(signed(32), name=f"bias_{i}_{j}", reset_less=True))
                     m.d.sync += bias.eq(self.bias_value[i])
                     init = Mux(bias_load[i][j], bias, 0)
-                    # The product register: on an ECP5 the DSP block's own (its
-                    # operands come from the shared registers above).
+                    # The operands, registered for this multiplier alone (copies): a
+                    # row's register shared by its columns' DSP blocks, which the
+                    # placer spreads over the device, was 10 ns of wire into a DSP's
+                    # input (36f2362's ULX3S build, step 51).
+                    op_a = copy(Signal(signed(8), name=f"op_a_{i}_{j}", reset_less=True))
+                    op_b = copy(Signal(signed(8), name=f"op_b_{i}_{j}", reset_less=True))
+                    m.d.sync += [op_a.eq(Mux(accepted, step_a.word_select(i, 8), 0)),
+                                 op_b.eq(step_b.word_select(j, 8))]
+                    # The product register: on an ECP5 the DSP block's own.
                     m.submodules[f"mul_{i}_{j}"] = mul = Multiplier(signed(8), signed(8),
                                                                     latency=1)
-                    m.d.comb += [mul.a.eq(op_a[i]), mul.b.eq(op_b[j])]
+                    m.d.comb += [mul.a.eq(op_a), mul.b.eq(op_b)]
                     # A bias loads as `init` plus the product, zero then (above): the
                     # choice is in front of the adder, whose carry chain then ends in
                     # the accumulator's flip-flops (a multiplexer after it, and the
