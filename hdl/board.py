@@ -83,6 +83,11 @@ class Board:
     trace_width : int
         Bits of the trace FIFO's memory (:class:`Tile`): 256, a record a word, or down
         to 64, a record over four cycles in a quarter of the block RAMs.
+    seed : int
+        nextpnr's placement seed built by default. A placement is the same for the same
+        netlist and seed, and placement alone moves the Fmax by several MHz
+        (docs/fpga-timing.md): the default is the seed of the best route measured for
+        the default configuration, so that a plain build reproduces it.
     description : str
     """
 
@@ -97,6 +102,7 @@ class Board:
     gmem_ports: str
     store_ports: str
     trace_width: int
+    seed: int
     description: str
 
     def make_platform(self):
@@ -140,6 +146,7 @@ BOARDS = {b.name: b for b in (
         gmem_ports="shared",
         store_ports="dual",
         trace_width=256,
+        seed=1,
         description="Radiona ULX3S, Lattice ECP5 LFE5U-85F (84k LUT4, 156 MULT18, 208 EBR)",
     ),
     Board(
@@ -159,6 +166,7 @@ BOARDS = {b.name: b for b in (
         gmem_ports="single",
         store_ports="shared",
         trace_width=64,
+        seed=1,
         description="1BitSquared iCEBreaker, Lattice iCE40UP5K (5,280 LUT4, 30 EBR, 8 DSP)",
     ),
 )}

@@ -601,7 +601,9 @@ def report_command(args, out):
     arg("--baud", type=int, default=DEFAULT_BAUD,
         help=f"UART line rate (default: {DEFAULT_BAUD})"),
     arg("--out", metavar="DIR", help="build directory (default: build/fpga/BOARD)"),
-    arg("--seed", type=int, default=1, help="nextpnr's placement seed (default: 1)"),
+    arg("--seed", type=int,
+        help="nextpnr's placement seed (default: the board's: " + ", ".join(
+            f"{b.name} {b.seed}" for b in BOARDS.values()) + ")"),
     arg("--seeds", type=int, default=1, metavar="N",
         help="make N placements (seeds SEED to SEED + N - 1, each in OUT/seed-S) and "
              "keep the fastest (default: 1)"),

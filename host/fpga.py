@@ -274,7 +274,7 @@ def _overused(log_path):
 
 
 def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_dir=None,
-          seed=1, seeds=1, jobs=None, time_limit=None, sdf=False, progress=None):
+          seed=None, seeds=1, jobs=None, time_limit=None, sdf=False, progress=None):
     """Build the bitstream of the tile on ``board_name`` and report what it took.
 
     Parameters
@@ -289,8 +289,9 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         The UART's line rate.
     build_dir : path-like, optional
         Default ``build/fpga/<board>``.
-    seed : int
-        nextpnr's placement seed (the first, with ``seeds``).
+    seed : int, optional
+        nextpnr's placement seed (the first, with ``seeds``); default the board's
+        (:attr:`~fusetile.hdl.board.Board.seed`).
     seeds : int
         How many placements to make, with seeds ``seed``, ``seed + 1``, ...: the
         result is the one with the highest Fmax. Placement alone moves this design's
@@ -337,6 +338,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     """
     board = find_board(board_name)
     config = board.config if config is None else config
+    seed = board.seed if seed is None else seed
     if not isinstance(config, TileConfig):
         raise TypeError(f"config must be a TileConfig, not {config!r}")
     if seeds < 1:

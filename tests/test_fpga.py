@@ -9,6 +9,7 @@ what the issue asks (the ULX3S closing timing at 100 MHz, the iCEBreaker fitting
 """
 
 import concurrent.futures
+import dataclasses
 import importlib
 import json
 import re
@@ -692,6 +693,27 @@ def test_the_fastest_of_several_placements_is_kept(tmp_path, monkeypatch, capsys
     assert max(most) <= 2
     with pytest.raises(ValueError, match="seeds must be at least 1"):
         fpga.build("ulx3s-85f", seeds=0)
+
+
+def test_a_plain_build_places_with_the_boards_seed(tmp_path, monkeypatch, capsys):
+    """Without ``--seed`` a build places with the board's seed (``Board.seed``, the one
+    whose route the docs report), so that the plain command reproduces that placement;
+    ``--seed`` still wins. (The tools are stood in for.)"""
+    seeds = []
+
+    def execute(plan, build_dir, env, device, family, time_limit, running):
+        seeds.extend(map(int, re.findall(r"--seed (\d+)", plan.files["build_fusetile.sh"])))
+        build_dir.mkdir(parents=True, exist_ok=True)
+        (build_dir / "report.json").write_text(json.dumps(_ECP5_REPORT))
+        (build_dir / "fusetile.bit").write_bytes(b"bits")
+
+    monkeypatch.setattr(fpga, "tool_environment", lambda family: {})
+    monkeypatch.setattr(fpga, "_execute", execute)
+    monkeypatch.setitem(BOARDS, "ulx3s-85f", dataclasses.replace(BOARDS["ulx3s-85f"], seed=7))
+    for extra, seed in (([], 7), (["--seed", "2"], 2)):
+        main(["build", "--board", "ulx3s-85f", "--out", str(tmp_path), "--json", *extra])
+        assert json.loads(capsys.readouterr().out)["seed"] == seed and seeds[-1] == seed
+    assert len(seeds) == 2
 
 
 def test_a_placement_over_the_time_limit_is_left_out(tmp_path, monkeypatch, capsys):
