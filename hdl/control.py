@@ -270,14 +270,15 @@ class ControlUnit(wiring.Component):
         # for it in the cycle before, so decoding starts from a flip-flop rather than
         # from a block RAM's output (see "the store read ports" below).
         plan_ir = Signal(64)
-        micro_ir = Signal(128)
+        micro_ir = copy(Signal(128, name="micro_ir"))     # a twin of `check_ir`, below
         plan = PlanInstr(plan_ir)
         micro = MicroInstr(micro_ir)
         dma_args = micro.args.dma
-        # The operand check's own copy of the micro-instruction (`hdl/copies.py`).
-        # From `micro_ir`, which the issue and the DMA push decode too, synthesis
-        # merged the check's opcode decode with theirs: six LUTs into the check's
-        # first stage, 11.16 ns of 36f2362's routed ULX3S build (step 51).
+        # The operand check's own copy of the micro-instruction (`hdl/copies.py`; both
+        # twins are marked, or Yosys merges the unmarked one into the other). From
+        # `micro_ir`, which the issue and the DMA push decode too, synthesis merged
+        # the check's opcode decode with theirs: six LUTs into the check's first
+        # stage, 11.16 ns of 36f2362's routed ULX3S build (step 51).
         check_ir = copy(Signal(128, name="check_ir"))
         checked_micro = MicroInstr(check_ir)
         # The instruction's class, registered with it: MICRO_EXEC's decisions test a
