@@ -737,7 +737,7 @@ def test_a_placement_over_the_time_limit_is_left_out(tmp_path, monkeypatch, caps
     monkeypatch.setattr(fpga, "tool_environment", lambda family: {})
     monkeypatch.setattr(fpga, "_execute", execute)
     said = []
-    result = fpga.build("ulx3s-85f", seeds=3, time_limit=30, build_dir=tmp_path,
+    result = fpga.build("ulx3s-85f", seed=1, seeds=3, time_limit=30, build_dir=tmp_path,
                         progress=said.append)
     assert "seed 2 stopped after 30 s" in said and limits == [30] * 3
     assert result["seed"] == 1 and result["fmax_mhz"] == 90.5
