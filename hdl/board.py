@@ -167,7 +167,7 @@ BOARDS = {b.name: b for b in (
         gmem_ports="single",
         store_ports="shared",
         trace_width=64,
-        seed=1,
+        seed=1,             # nextpnr's own default: the tile does not fit, no route to pick
         description="1BitSquared iCEBreaker, Lattice iCE40UP5K (5,280 LUT4, 30 EBR, 8 DSP)",
     ),
 )}
