@@ -370,11 +370,21 @@ class ComputeUnit(wiring.Component):
         mac_row = copy(Signal(row_bits, name="mac_row"))
         table_row = copy(Signal(row_bits, name="table_row"))
 
-        def set_idx(value):
-            return [idx.eq(value), mac_row.eq(value), table_row.eq(value)]
         total = Signal(16)      # steps of the current phase
-        more = Signal()         # idx != total: kept in a register, set with idx, so that
-                                # the port's enable does not wait for a comparison
+        more = copy(Signal(name="more"))    # idx != total: kept in a register, set
+                                            # with idx, so that the ports' enables do
+                                            # not wait for a comparison
+        # ... and again for the operand ports' enables alone (`hdl/copies.py`): `more`
+        # also starts the issue stage's decisions, and from there its wire to the
+        # ports was the first 1.35 ns of 9f60a10's routed path into a scratchpad bank's
+        # read address, through the ports' enables and the bank's choice of port
+        # (10.31 ns, docs/fpga-timing.md step 52).
+        port_more = copy(Signal(name="port_more"))
+
+        def set_idx(value, more_value):
+            """Set the step to ``value``; ``more_value``: whether it is below ``total``."""
+            return [idx.eq(value), mac_row.eq(value), table_row.eq(value),
+                    more.eq(more_value), port_more.eq(more_value)]
         win_t = Signal(4)       # VPOOL: word of the window
         # ... and its last, `window - 1`, set when the command is accepted: worked out
         # from the operands in every cycle, it was in front of the window's end, the
@@ -475,12 +485,15 @@ class ComputeUnit(wiring.Component):
         need_b = reads_b
         want_a = issue_now & need_a & ~a_have
         want_b = issue_now & need_b & ~b_have
-        for port, want, off, out in ((self.a, want_a, ptr_a, a_out),
-                                     (self.b, want_b, ptr_b, b_out)):
+        # The ports' enables are `want_a` and `want_b` less the partition test, with
+        # `port_more` for `more` (the same value).
+        port_issue = running & ~rfault & port_more & ~wait_pass
+        for port, need, have, off, out in ((self.a, need_a, a_have, ptr_a, a_out),
+                                           (self.b, need_b, b_have, ptr_b, b_out)):
             m.d.comb += [
                 port.part.eq(part),
                 port.offset.eq(off[:16]),
-                port.en.eq(want & ~out),
+                port.en.eq(port_issue & need & ~have & ~out),
                 port.we.eq(0),
             ]
         a_done = Signal()
@@ -543,8 +556,7 @@ class ComputeUnit(wiring.Component):
                 with m.If(vpool_last_t):
                     m.d.sync += [
                         win_t.eq(0),
-                        *set_idx(idx + 1),
-                        more.eq(idx + 1 != total),
+                        *set_idx(idx + 1, idx + 1 != total),
                         row_addr.eq(row_addr + vpool.in_step),
                         *step(ptr_a, a_out, row_addr, vpool.in_step, room_row),
                     ]
@@ -555,8 +567,7 @@ class ComputeUnit(wiring.Component):
                     ]
             with m.Else():
                 m.d.sync += [
-                    *set_idx(idx + 1),
-                    more.eq(idx + 1 != total),
+                    *set_idx(idx + 1, idx + 1 != total),
                     *step(ptr_a, a_out, ptr_a, step_a, room_a),
                     *step(ptr_b, b_out, ptr_b, step_b, room_b),
                 ]
@@ -780,10 +791,19 @@ class ComputeUnit(wiring.Component):
                                       ~d_step.valid & ~mac.busy & load &
                                       is_op[MicroOp.ACC_BIAS])
 
+        # `fault` is read by the control unit's fault decision alone; the unit's own
+        # acceptance reads a copy (`stopped`). With both on one register, it sat between
+        # the two units: 1.7 ns of wire to the decision's first LUT, on 9f60a10's
+        # routed paths into the control unit's `state` (10.10 ns, docs/fpga-timing.md
+        # step 52).
+        stopped = copy(Signal(name="stopped"))
+        copy(self.fault)
+
         def stop(cause, addr, part_):
             m.d.sync += [
                 running.eq(0),
                 self.fault.eq(1),
+                stopped.eq(1),
                 self.fault_cause.eq(cause),
                 self.fault_addr.eq(addr),
                 self.fault_part.eq(part_),
@@ -798,8 +818,7 @@ class ComputeUnit(wiring.Component):
             # back to them untested.
             m.d.comb += squash.eq(1)
             m.d.sync += [
-                *set_idx(w_count),
-                more.eq(w_count != total),
+                *set_idx(w_count, w_count != total),
                 ptr_a.eq(Mux(is_op[MicroOp.VPOOL], w_row, base_a)),
                 ptr_b.eq(base_b),
                 a_out.eq(0),
@@ -813,8 +832,8 @@ class ComputeUnit(wiring.Component):
                 stop(FaultCause.PARTITION, rfault_addr, part)
             with m.Elif(load & is_op[MicroOp.REQUANT]):
                 # (The rows read no word: the pointers stay where the table left them.)
-                m.d.sync += [load.eq(0), rows_phase.eq(1), *set_idx(0),
-                             total.eq(R), more.eq(1)]
+                m.d.sync += [load.eq(0), rows_phase.eq(1), *set_idx(0, 1),
+                             total.eq(R)]
             with m.Else():
                 m.d.sync += [running.eq(0), load.eq(0)]
 
@@ -823,7 +842,7 @@ class ComputeUnit(wiring.Component):
         # `busy` did: acceptance then starts at registers (`busy` is the completion
         # logic; in the tile the control unit issues a command only when it has seen
         # the unit idle, later still).
-        m.d.comb += self.cmd.ready.eq(~running & ~self.fault)
+        m.d.comb += self.cmd.ready.eq(~running & ~stopped)
         p = self.cmd.payload
         pa = p.args
 
@@ -838,8 +857,7 @@ class ComputeUnit(wiring.Component):
             m.d.sync += [
                 args.eq(pa),
                 part.eq(p.part),
-                *set_idx(0),
-                more.eq(1),         # every command that runs has a step
+                *set_idx(0, 1),     # every command that runs has a step
                 win_t.eq(0),
                 load.eq(0),
                 rows_phase.eq(0),
@@ -941,6 +959,7 @@ class ComputeUnit(wiring.Component):
                 running.eq(0),
                 load.eq(0),
                 self.fault.eq(0),
+                stopped.eq(0),
                 self.fault_cause.eq(FaultCause.NONE),
             ]
         with m.If(squash):

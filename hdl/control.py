@@ -832,7 +832,7 @@ class ControlUnit(wiring.Component):
         # Like every publish it does not wait for the cycle's hard faults: the discard
         # a cycle later empties the buffer before it writes a word (`abandon`).
         m.d.comb += [self.staging_publish.eq(at(_State.PLAN_EXEC) & publishes),
-                     self.events.spec_hit.eq(at(_State.PLAN_EXEC) & publishes)]
+                     self.events.spec_hit.eq(self.staging_publish)]
 
         with m.If(at(_State.PUBLISH)):
             # The COMMIT retires once its stores are in GMEM.
