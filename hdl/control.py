@@ -435,10 +435,21 @@ class ControlUnit(wiring.Component):
         # subtraction, two carry chains: ABC built the comparison as six LUTs after
         # the adder (10.29 ns of c475267's routed paths, docs/fpga-timing.md step 39).
         watchdog_next = Signal(32)
-        watchdog_hit = Signal()
-        m.d.comb += watchdog_next.eq(watchdog + self.running)
-        m.d.sync += watchdog_hit.eq((self.watchdog_limit != 0) &
-                                    at_least(watchdog_next, self.watchdog_limit))
+        watchdog_hit = Signal()     # (not registered alone: `hard_hit`, below)
+        m.d.comb += [watchdog_next.eq(watchdog + self.running),
+                     watchdog_hit.eq((self.watchdog_limit != 0) &
+                                     at_least(watchdog_next, self.watchdog_limit))]
+        # The watchdog at its limit or the host's abort, in one flip-flop: the fault
+        # decision has one source for both (`hard_fault`, below), and `abort_taken`
+        # chooses the cause (the host's over the watchdog's). The abort is taken
+        # the cycle after its pulse, from a register of the control unit's own: from
+        # the CSR's flip-flop, across the device, it was the first 1.5 ns of 0059dff's
+        # routed worst path (10.55 ns, into the state's reset through the fault and
+        # `void`; docs/fpga-timing.md, step 49). A bus write takes several cycles, so
+        # the host sees no difference.
+        abort_taken = Signal()
+        hard_hit = Signal()
+        m.d.sync += [abort_taken.eq(self.abort), hard_hit.eq(watchdog_hit | self.abort)]
 
         # -- the sequencers -----------------------------------------------------------
         next_pc = self.plan_pc + 1
@@ -575,18 +586,16 @@ class ControlUnit(wiring.Component):
             (fetched.cond != 0) & (fetched.op != PlanOp.BRANCH) & (fetched.op != PlanOp.ASSUME))
 
         illegal_plan = Signal()     # the instruction is illegal (ILLEGAL_PLAN)
-        goes = Signal()             # it goes to `goto` (NOP, MARK, JUMP, BRANCH, SWITCH,
-                                    # ASSUME)
+        plan_bad = Signal()         # ... or faults otherwise (below)
         switches = Signal()         # SWITCH
         calls = Signal()            # CALL
         marks = Signal()            # MARK
-        commit_misses = Signal()    # COMMIT, and its guard is false
+        commit_misses = Signal()    # COMMIT, its guard is false, and it does not fault
         publishes = Signal()        # COMMIT, legal, and its guard is true
         where = Signal(16)          # SWITCH: the index register
         where_outside = Signal()    # ... not below the table's length
         taken = Signal()            # BRANCH: the flag has the value that takes it
         goto = Signal(25)           # the plan PC the instruction goes to
-        goto_outside = Signal()     # ... outside the plan bank
         # The plan store's read address, from the state and registers alone: every
         # cycle that may go to PLAN_FETCH presents the instruction it would fetch
         # (START the first, an instruction its target, ROLLBACK the fallback's, RET and
@@ -602,40 +611,54 @@ class ControlUnit(wiring.Component):
         with m.Else():
             m.d.comb += self.plan_rd_pc.eq(next_q)
 
+        # Whether the instruction faults when it executes (in this order: illegal, a
+        # SWITCH index, the CALLed slot, the target), decided here and registered
+        # (`plan_bad`) beside the terms that choose its record: the fault decision
+        # has one flip-flop for PLAN_EXEC's faults, and one for its miss, a COMMIT
+        # whose guard is false (`commit_misses`, only when it does not fault). With
+        # the terms registered and ORed in PLAN_EXEC, they were seven of the
+        # decision's inputs, and it is the ULX3S build's routed worst path
+        # (docs/fpga-timing.md, step 53).
         # CALL: the slot exists and is valid. Its entry is locked from here on (see
         # `calling`), so the test holds in the execution cycle; made there, the
         # selection of the slot's valid bit came first on the fault decision's path
         # into the staging buffer and everything a fault abandons (step 33's worst).
-        slot_ok = Signal()
         guard_holds = self.flags.bit_select(guard_flag, 1) == guard_value
+        fetched_bad = Signal()
+        fetched_slot_ok = Signal()
+        fetched_where_outside = Signal()
+        fetched_goes = Signal()
+        fetched_wrong = Signal()      # illegal_plan's decode
+        m.d.comb += [
+            fetched_slot_ok.eq((fetched.sel < cfg.kernel_slots) &
+                               self.slot_valid.bit_select(fetched.sel, 1)),
+            fetched_where_outside.eq(Array(index_outside)[fetched.sel[:2]]),
+            fetched_goes.eq(fetched.op.as_value().matches(
+                PlanOp.NOP, PlanOp.MARK, PlanOp.JUMP, PlanOp.BRANCH, PlanOp.SWITCH,
+                PlanOp.ASSUME)),
+            fetched_wrong.eq(fetched_illegal | cond_illegal),
+            fetched_bad.eq(fetched_wrong |
+                           (fetched.op == PlanOp.SWITCH) & fetched_where_outside |
+                           (fetched.op == PlanOp.CALL) & ~fetched_slot_ok |
+                           fetched_goes & fetched_outside),
+        ]
         with m.If(at(_State.PLAN_DECODE)):
             m.d.sync += [
-                slot_ok.eq((fetched.sel < cfg.kernel_slots) &
-                           self.slot_valid.bit_select(fetched.sel, 1)),
-                illegal_plan.eq(fetched_illegal | cond_illegal),
-                goes.eq(fetched.op.as_value().matches(
-                    PlanOp.NOP, PlanOp.MARK, PlanOp.JUMP, PlanOp.BRANCH, PlanOp.SWITCH,
-                    PlanOp.ASSUME)),
+                illegal_plan.eq(fetched_wrong),
                 switches.eq(fetched.op == PlanOp.SWITCH),
                 calls.eq(fetched.op == PlanOp.CALL),
                 marks.eq(fetched.op == PlanOp.MARK),
-                commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds),
-                publishes.eq((fetched.op == PlanOp.COMMIT) & guard_holds &
-                             ~fetched_illegal & ~cond_illegal),
+                plan_bad.eq(fetched_bad),
+                commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds & ~fetched_bad),
+                publishes.eq((fetched.op == PlanOp.COMMIT) & guard_holds & ~fetched_wrong),
                 where.eq(fetched_where),
-                where_outside.eq(Array(index_outside)[fetched.sel[:2]]),
+                where_outside.eq(fetched_where_outside),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
-                goto_outside.eq(fetched_outside),
             ]
-        # Whether the executed instruction faults, from those registers alone, and why
-        # (in this order: illegal, a SWITCH index, the CALLed slot, the target). With
-        # the opcode's decode in every term, the decision was a LUT deeper.
-        plan_bad = Signal()
+        # Why the executed instruction faults, from those registers alone.
         plan_bad_cause = Signal(FaultCause)
         plan_bad_addr = Signal(32)
-        m.d.comb += plan_bad.eq(illegal_plan | (switches & where_outside) |
-                                (calls & ~slot_ok) | (goes & goto_outside))
         with m.If(illegal_plan):
             m.d.comb += [plan_bad_cause.eq(FaultCause.ILLEGAL_PLAN),
                          plan_bad_addr.eq(plan_ir[:32])]
@@ -739,11 +762,20 @@ class ControlUnit(wiring.Component):
             self.dma_push.payload.token.eq(dma_args.token),
         ]
 
+        # A rollback (the counter's event) lasts from a miss to the fallback's first
+        # instruction: the miss's cycle, ROLLBACK, and the fallback's fetch, decode and
+        # execution (`rolled_back`). From the states alone: a register of its own had
+        # the whole miss decision in front of its enable, the routed worst path of
+        # 9f60a10's seed-4 build (10.31 ns, docs/fpga-timing.md step 52).
         miss = Signal()
-        rolling_back = Signal()     # from a miss until the fallback's first instruction
-        with m.If(at(_State.PLAN_EXEC)):
-            m.d.sync += rolling_back.eq(0)
-        m.d.comb += self.events.rollback.eq(rolling_back)
+        rolled_back = Signal()      # the fallback's fetch and decode follow ROLLBACK
+        m.d.sync += rolled_back.eq(at(_State.ROLLBACK) |
+                                   rolled_back & (at(_State.PLAN_FETCH) |
+                                                  at(_State.PLAN_DECODE)))
+        m.d.comb += self.events.rollback.eq(
+            at(_State.ROLLBACK) |
+            rolled_back & (at(_State.PLAN_FETCH) | at(_State.PLAN_DECODE) |
+                           at(_State.PLAN_EXEC)))
 
         # The states, each on its own flip-flop (exactly one is set).
         with m.If(at(_State.IDLE)):
@@ -752,7 +784,7 @@ class ControlUnit(wiring.Component):
                 m.d.comb += swap_due.eq(1)
             with m.If(self.start):
                 m.d.comb += self.plan_rd_en.eq(1)
-                m.d.sync += watchdog_hit.eq(0)      # the count starts at 0
+                m.d.comb += watchdog_hit.eq(0)    # the count starts at 0
                 m.d.sync += [
                     self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
                     plan_pc_outside.eq(0), self.exec_bank.eq(self.active_bank),
@@ -929,11 +961,12 @@ class ControlUnit(wiring.Component):
         units_aborted = copy(Signal(name="units_aborted"))
         m.d.comb += unit_fault.eq(self.running & (self.dma_fault | self.compute_fault) &
                                   ~units_aborted)
-        with m.If(self.running & self.dma_fault & ~units_aborted):
-            raise_overriding_fault(self.dma_fault_cause, self.dma_fault_addr, self.dma_fault_part)
-        with m.If(self.running & self.compute_fault & ~units_aborted):
-            raise_overriding_fault(self.compute_fault_cause, self.compute_fault_addr,
-                                   self.compute_fault_part)
+        # (The compute unit's fault wins over the DMA engine's.)
+        with m.If(unit_fault):
+            raise_overriding_fault(
+                Mux(self.compute_fault, self.compute_fault_cause, self.dma_fault_cause),
+                Mux(self.compute_fault, self.compute_fault_addr, self.dma_fault_addr),
+                Mux(self.compute_fault, self.compute_fault_part, self.dma_fault_part))
 
         # -- speculation: a miss continues in the other bank ------------------------------
         with m.If(self.speculating):
@@ -951,19 +984,12 @@ class ControlUnit(wiring.Component):
                 m.d.comb += [miss.eq(1), self.events.spec_fault.eq(~hard_fault)]
 
         # The watchdog and the host's abort stop the tile even inside a speculative
-        # region; they are raised last, so their cause wins. The abort is taken the
-        # cycle after its pulse, from a register of the control unit's own: from the
-        # CSR's flip-flop, across the device, it was the first 1.5 ns of 0059dff's
-        # routed worst path (10.55 ns, into the state's reset through the fault and
-        # `void`; docs/fpga-timing.md, step 49). A bus write takes several cycles, so
-        # the host sees no difference.
-        abort_taken = Signal()
-        m.d.sync += abort_taken.eq(self.abort)
-        m.d.comb += hard_fault.eq(self.running & (watchdog_hit | abort_taken))
-        with m.If(self.running & watchdog_hit):
-            raise_overriding_fault(FaultCause.WATCHDOG, watchdog)
-        with m.If(self.running & abort_taken):
-            raise_overriding_fault(FaultCause.ABORTED)
+        # region; they are raised last, so their cause wins (the host's over the
+        # watchdog's).
+        m.d.comb += hard_fault.eq(self.running & hard_hit)
+        with m.If(hard_fault):
+            raise_overriding_fault(Mux(abort_taken, FaultCause.ABORTED, FaultCause.WATCHDOG),
+                                   Mux(abort_taken, 0, watchdog))
         stop = Signal()
         m.d.comb += stop.eq(fault & ~self.speculating | hard_fault)
 
@@ -1007,7 +1033,6 @@ class ControlUnit(wiring.Component):
         # refuse host writes.)
         with m.If(miss & ~stop):
             m.d.sync += [
-                rolling_back.eq(1),
                 self.speculating.eq(0), self.in_kernel.eq(0),
                 self.exec_bank.eq(~self.exec_bank),
                 state.eq(_State.ROLLBACK.code),
@@ -1023,7 +1048,7 @@ class ControlUnit(wiring.Component):
         with m.If(stop):
             m.d.sync += [
                 self.running.eq(0), self.faulted.eq(1), self.in_kernel.eq(0),
-                self.speculating.eq(0), rolling_back.eq(0),
+                self.speculating.eq(0),
                 # An instruction retiring in the cycle of the fault has no effect.
                 self.done.eq(self.done),
                 self.fault_cause.eq(recorded("cause", overriding_cause)),
