@@ -473,9 +473,7 @@ class ControlUnit(wiring.Component):
         m.d.comb += [self.kern_rd_slot.eq(self.locked_slot),
                      self.kern_rd_upc.eq(Mux(self.in_kernel, next_upc, 0))]
         # next_pc and whether it is past the bank, registered: RET and PUBLISH go
-        # there, and plan_pc has held still since the fetch of their CALL / COMMIT;
-        # the plan predecode reads them too, plan_pc having held still since the
-        # fetch.
+        # there, and plan_pc has held still since the fetch of their CALL / COMMIT.
         next_q = Signal(16)
         next_outside = Signal()
         m.d.sync += [next_q.eq(next_pc), next_outside.eq(next_pc >= cfg.plan_depth)]
@@ -529,7 +527,7 @@ class ControlUnit(wiring.Component):
         m.d.comb += [
             fetched_where.eq(self.index[fetched.sel[:2]]),
             fetched_taken.eq(self.flags.bit_select(fetched.sel[:3], 1) == fetched.cond[0]),
-            fetched_target.eq(next_q),
+            fetched_target.eq(next_pc),
         ]
         # Whether the target is past the bank, tested on each candidate beside the
         # selection (the instruction, through the flag test, chose a target and then
@@ -538,10 +536,7 @@ class ControlUnit(wiring.Component):
         # and a sum of two such values also when their PC bits carry.
         pc_bits = (cfg.plan_depth - 1).bit_length()
         fetched_outside = Signal()
-        # (From next_q and next_outside, not from plan_pc's adder: with the adder,
-        # the target's test was in front of plan_bad and commit_misses, 9.74 ns of
-        # 88176a6's routed paths, docs/fpga-timing.md step 53.)
-        next_past = next_outside
+        next_past = next_pc[pc_bits:].any()
         a_past = fetched.a[pc_bits:].any()
         # SWITCH's tests are made against every index register at once and selected
         # by `sel` after: the selection of the index register, then the carry of its
@@ -561,7 +556,7 @@ class ControlUnit(wiring.Component):
             with m.Case(PlanOp.JUMP):
                 m.d.comb += [fetched_target.eq(fetched.a), fetched_outside.eq(a_past)]
             with m.Case(PlanOp.BRANCH):
-                m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_q)),
+                m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc)),
                              fetched_outside.eq(Mux(fetched_taken, a_past, next_past))]
             with m.Case(PlanOp.SWITCH):
                 m.d.comb += [fetched_target.eq(switched[fetched.sel[:2]]),
@@ -621,9 +616,9 @@ class ControlUnit(wiring.Component):
         # (`plan_bad`) beside the terms that choose its record: the fault decision
         # has one flip-flop for PLAN_EXEC's faults, and one for its miss, a COMMIT
         # whose guard is false (`commit_misses`, only when it does not fault). With
-        # the terms registered and ORed in PLAN_EXEC, they were seven of the inputs
-        # of that decision, the routed worst path of 9f60a10's ULX3S build
-        # (docs/fpga-timing.md, steps 52 and 53).
+        # the terms registered and ORed in PLAN_EXEC, they were seven of the
+        # decision's inputs, and it is the ULX3S build's routed worst path
+        # (docs/fpga-timing.md, step 53).
         # CALL: the slot exists and is valid. Its entry is locked from here on (see
         # `calling`), so the test holds in the execution cycle; made there, the
         # selection of the slot's valid bit came first on the fault decision's path
@@ -654,8 +649,7 @@ class ControlUnit(wiring.Component):
                 calls.eq(fetched.op == PlanOp.CALL),
                 marks.eq(fetched.op == PlanOp.MARK),
                 plan_bad.eq(fetched_bad),
-                # (A COMMIT faults only when it is illegal.)
-                commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds & ~fetched_wrong),
+                commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds & ~fetched_bad),
                 publishes.eq((fetched.op == PlanOp.COMMIT) & guard_holds & ~fetched_wrong),
                 where.eq(fetched_where),
                 where_outside.eq(fetched_where_outside),
