@@ -616,9 +616,9 @@ class ControlUnit(wiring.Component):
         # (`plan_bad`) beside the terms that choose its record: the fault decision
         # has one flip-flop for PLAN_EXEC's faults, and one for its miss, a COMMIT
         # whose guard is false (`commit_misses`, only when it does not fault). With
-        # the terms registered and ORed in PLAN_EXEC, they were seven of the
-        # decision's inputs, and it is the ULX3S build's routed worst path
-        # (docs/fpga-timing.md, step 53).
+        # the terms registered and ORed in PLAN_EXEC, they were seven of the inputs
+        # of that decision, the routed worst path of 9f60a10's ULX3S build
+        # (docs/fpga-timing.md, steps 52 and 53).
         # CALL: the slot exists and is valid. Its entry is locked from here on (see
         # `calling`), so the test holds in the execution cycle; made there, the
         # selection of the slot's valid bit came first on the fault decision's path
