@@ -377,6 +377,14 @@ class ControlUnit(wiring.Component):
         swap_due = Signal()
         unit_fault = Signal()       # a unit's fault, new this cycle, while running
         hard_fault = Signal()       # the watchdog or the host's abort, while running
+        # Whether the tile runs, as the fault decision reads it: a copy of `running`
+        # kept apart (`hdl/copies.py`; both twins are marked), set and cleared with
+        # it at START, DONE and a stop. `running` is read across the tile (the status
+        # register, the watchdog, the counters): its wire to the decision's first
+        # LUT was 2.2 ns of 88176a6's routed worst path (10.07 ns, into the state's
+        # reset through `hard_fault` and `void`; docs/fpga-timing.md, step 54).
+        faults_running = copy(Signal(name="faults_running"))
+        copy(self.running)
         take_swap = Signal()
         m.d.comb += take_swap.eq(swap_due & ~unit_fault & ~hard_fault)
         with m.If(take_swap):
@@ -619,10 +627,6 @@ class ControlUnit(wiring.Component):
         # the terms registered and ORed in PLAN_EXEC, they were seven of the inputs
         # of that decision, the routed worst path of 9f60a10's ULX3S build
         # (docs/fpga-timing.md, steps 52 and 53).
-        # CALL: the slot exists and is valid. Its entry is locked from here on (see
-        # `calling`), so the test holds in the execution cycle; made there, the
-        # selection of the slot's valid bit came first on the fault decision's path
-        # into the staging buffer and everything a fault abandons (step 33's worst).
         guard_holds = self.flags.bit_select(guard_flag, 1) == guard_value
         fetched_bad = Signal()
         fetched_slot_ok = Signal()
@@ -630,6 +634,11 @@ class ControlUnit(wiring.Component):
         fetched_goes = Signal()
         fetched_wrong = Signal()      # illegal_plan's decode
         m.d.comb += [
+            # CALL: the slot exists and is valid. Its entry is locked from here on
+            # (see `calling`), so the test holds in the execution cycle; made there,
+            # the selection of the slot's valid bit came first on the fault
+            # decision's path into the staging buffer and everything a fault
+            # abandons (step 33's worst).
             fetched_slot_ok.eq((fetched.sel < cfg.kernel_slots) &
                                self.slot_valid.bit_select(fetched.sel, 1)),
             fetched_where_outside.eq(Array(index_outside)[fetched.sel[:2]]),
@@ -769,13 +778,10 @@ class ControlUnit(wiring.Component):
         # 9f60a10's seed-4 build (10.31 ns, docs/fpga-timing.md step 52).
         miss = Signal()
         rolled_back = Signal()      # the fallback's fetch and decode follow ROLLBACK
-        m.d.sync += rolled_back.eq(at(_State.ROLLBACK) |
-                                   rolled_back & (at(_State.PLAN_FETCH) |
-                                                  at(_State.PLAN_DECODE)))
+        fetching = at(_State.PLAN_FETCH) | at(_State.PLAN_DECODE)
+        m.d.sync += rolled_back.eq(at(_State.ROLLBACK) | rolled_back & fetching)
         m.d.comb += self.events.rollback.eq(
-            at(_State.ROLLBACK) |
-            rolled_back & (at(_State.PLAN_FETCH) | at(_State.PLAN_DECODE) |
-                           at(_State.PLAN_EXEC)))
+            at(_State.ROLLBACK) | rolled_back & (fetching | at(_State.PLAN_EXEC)))
 
         # The states, each on its own flip-flop (exactly one is set).
         with m.If(at(_State.IDLE)):
@@ -786,7 +792,8 @@ class ControlUnit(wiring.Component):
                 m.d.comb += self.plan_rd_en.eq(1)
                 m.d.comb += watchdog_hit.eq(0)    # the count starts at 0
                 m.d.sync += [
-                    self.running.eq(1), self.done.eq(0), self.plan_pc.eq(0),
+                    self.running.eq(1), faults_running.eq(1), self.done.eq(0),
+                    self.plan_pc.eq(0),
                     plan_pc_outside.eq(0), self.exec_bank.eq(self.active_bank),
                     watchdog.eq(0), state.eq(_State.PLAN_FETCH.code),
                 ]
@@ -837,8 +844,8 @@ class ControlUnit(wiring.Component):
                         m.d.sync += [self.speculating.eq(0),
                                      state.eq(_State.PUBLISH.code)]
                     with m.Case(PlanOp.DONE):
-                        m.d.sync += [self.running.eq(0), self.done.eq(1),
-                                     state.eq(_State.IDLE.code)]
+                        m.d.sync += [self.running.eq(0), faults_running.eq(0),
+                                     self.done.eq(1), state.eq(_State.IDLE.code)]
                         m.d.comb += [self.events.plan_retired.eq(1),
                                      self.events.inference.eq(1)]
                         with m.If(self.swap_pending | self.swap):
@@ -959,7 +966,7 @@ class ControlUnit(wiring.Component):
         # the fault and `void` (docs/fpga-timing.md, step 45).
         abort_units = Signal()
         units_aborted = copy(Signal(name="units_aborted"))
-        m.d.comb += unit_fault.eq(self.running & (self.dma_fault | self.compute_fault) &
+        m.d.comb += unit_fault.eq(faults_running & (self.dma_fault | self.compute_fault) &
                                   ~units_aborted)
         # (The compute unit's fault wins over the DMA engine's.)
         with m.If(unit_fault):
@@ -986,7 +993,7 @@ class ControlUnit(wiring.Component):
         # The watchdog and the host's abort stop the tile even inside a speculative
         # region; they are raised last, so their cause wins (the host's over the
         # watchdog's).
-        m.d.comb += hard_fault.eq(self.running & hard_hit)
+        m.d.comb += hard_fault.eq(faults_running & hard_hit)
         with m.If(hard_fault):
             raise_overriding_fault(Mux(abort_taken, FaultCause.ABORTED, FaultCause.WATCHDOG),
                                    Mux(abort_taken, 0, watchdog))
@@ -1047,8 +1054,8 @@ class ControlUnit(wiring.Component):
 
         with m.If(stop):
             m.d.sync += [
-                self.running.eq(0), self.faulted.eq(1), self.in_kernel.eq(0),
-                self.speculating.eq(0),
+                self.running.eq(0), faults_running.eq(0), self.faulted.eq(1),
+                self.in_kernel.eq(0), self.speculating.eq(0),
                 # An instruction retiring in the cycle of the fault has no effect.
                 self.done.eq(self.done),
                 self.fault_cause.eq(recorded("cause", overriding_cause)),
