@@ -481,7 +481,9 @@ class ControlUnit(wiring.Component):
         m.d.comb += [self.kern_rd_slot.eq(self.locked_slot),
                      self.kern_rd_upc.eq(Mux(self.in_kernel, next_upc, 0))]
         # next_pc and whether it is past the bank, registered: RET and PUBLISH go
-        # there, and plan_pc has held still since the fetch of their CALL / COMMIT.
+        # there, and plan_pc has held still since the fetch of their CALL / COMMIT;
+        # the plan predecode reads them too, plan_pc having held still since the
+        # fetch.
         next_q = Signal(16)
         next_outside = Signal()
         m.d.sync += [next_q.eq(next_pc), next_outside.eq(next_pc >= cfg.plan_depth)]
@@ -535,7 +537,7 @@ class ControlUnit(wiring.Component):
         m.d.comb += [
             fetched_where.eq(self.index[fetched.sel[:2]]),
             fetched_taken.eq(self.flags.bit_select(fetched.sel[:3], 1) == fetched.cond[0]),
-            fetched_target.eq(next_pc),
+            fetched_target.eq(next_q),
         ]
         # Whether the target is past the bank, tested on each candidate beside the
         # selection (the instruction, through the flag test, chose a target and then
@@ -544,7 +546,10 @@ class ControlUnit(wiring.Component):
         # and a sum of two such values also when their PC bits carry.
         pc_bits = (cfg.plan_depth - 1).bit_length()
         fetched_outside = Signal()
-        next_past = next_pc[pc_bits:].any()
+        # (From next_q and next_outside, not from plan_pc's adder: with the adder,
+        # the target's test was in front of plan_bad and commit_misses, 9.74 ns of
+        # 88176a6's routed paths, docs/fpga-timing.md step 53.)
+        next_past = next_outside
         a_past = fetched.a[pc_bits:].any()
         # SWITCH's tests are made against every index register at once and selected
         # by `sel` after: the selection of the index register, then the carry of its
@@ -564,7 +569,7 @@ class ControlUnit(wiring.Component):
             with m.Case(PlanOp.JUMP):
                 m.d.comb += [fetched_target.eq(fetched.a), fetched_outside.eq(a_past)]
             with m.Case(PlanOp.BRANCH):
-                m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_pc)),
+                m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_q)),
                              fetched_outside.eq(Mux(fetched_taken, a_past, next_past))]
             with m.Case(PlanOp.SWITCH):
                 m.d.comb += [fetched_target.eq(switched[fetched.sel[:2]]),
@@ -658,7 +663,8 @@ class ControlUnit(wiring.Component):
                 calls.eq(fetched.op == PlanOp.CALL),
                 marks.eq(fetched.op == PlanOp.MARK),
                 plan_bad.eq(fetched_bad),
-                commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds & ~fetched_bad),
+                # (A COMMIT faults only when it is illegal.)
+                commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds & ~fetched_wrong),
                 publishes.eq((fetched.op == PlanOp.COMMIT) & guard_holds & ~fetched_wrong),
                 where.eq(fetched_where),
                 where_outside.eq(fetched_where_outside),

@@ -140,8 +140,12 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     sel_3 = _delay(m, sel, 3, f"{name}_sel")
     shifted = []
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(shared):
-        x = _register(m, Mux(sel, a1, a0), f"{name}_x{k}")
-        y = _register(m, Mux(sel, b1, b0), f"{name}_y{k}")
+        # Each multiplier's operand registers are its own (`hdl/copies.py`): those of
+        # two multipliers that take the same piece were merged, and the one register
+        # placed between the two DSP blocks was 10.26 ns of 88176a6's routed paths
+        # into one of them, the worst (docs/fpga-timing.md, step 53).
+        x = copy(_register(m, Mux(sel, a1, a0), f"{name}_x{k}"))
+        y = copy(_register(m, Mux(sel, b1, b0), f"{name}_y{k}"))
         m.submodules[f"{name}_mul{k}"] = mul = Multiplier(x.shape(), y.shape(), latency=1)
         m.d.comb += [mul.a.eq(x), mul.b.eq(y)]
         p = _register(m, mul.p, f"{name}_p{k}")
