@@ -863,9 +863,7 @@ def test_ice40_pll_agrees_with_icepll(f_out):
 @pytest.mark.slow
 @pytest.mark.timeout(3 * 3600)     # the ULX3S routes in 40 minutes to two hours
 @pytest.mark.parametrize("name, clock_mhz", [
-    pytest.param("ulx3s-85f", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile does not close timing at 100 MHz yet (77 to 96 MHz "
-                            "after routing): see docs/fpga.md")),
+    ("ulx3s-85f", None),
     ("ulx3s-85f", 30),
     pytest.param("icebreaker", None, marks=pytest.mark.xfail(
         strict=True, reason="the tile needs about three times the UP5K's logic cells "
