@@ -146,8 +146,8 @@ BOARDS = {b.name: b for b in (
         gmem_ports="shared",
         store_ports="dual",
         trace_width=256,
-        # bf01de7's route with seed 3: 100.22 MHz, timing met (seeds 1 and 2 did
-        # not finish routing in the session; docs/fpga.md, step 54).
+        # bf01de7's route with seed 3: 100.22 MHz, timing met (seeds 1 and 2 were
+        # stopped in routing, unfinished; docs/fpga.md, step 54).
         seed=3,
         description="Radiona ULX3S, Lattice ECP5 LFE5U-85F (84k LUT4, 156 MULT18, 208 EBR)",
     ),
