@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 34098acadaa50f5f. */
+ * Generated for hardware profile 3544b4f032b0f476. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         4
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "34098acadaa50f5f"
+#define FT_PROFILE_HASH                          "3544b4f032b0f476"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -31,6 +31,7 @@
 #define FT_CFG_VECTOR_LANES                      8
 #define FT_CFG_BRANCH_COUNTERS                   1
 #define FT_CFG_BANK_COUNTERS                     1
+#define FT_CFG_COMPACT                           0
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
@@ -99,6 +100,8 @@
 #define FT_HWCFG_CTRL_BRANCH_COUNTERS_MASK       0x10000000u  /* R */
 #define FT_HWCFG_CTRL_BANK_COUNTERS_SHIFT        29
 #define FT_HWCFG_CTRL_BANK_COUNTERS_MASK         0x20000000u  /* R */
+#define FT_HWCFG_CTRL_COMPACT_SHIFT              30
+#define FT_HWCFG_CTRL_COMPACT_MASK               0x40000000u  /* R */
 
 /* HWCFG_GMEM: Global memory configuration. */
 #define FT_HWCFG_GMEM_ADDR                       0x0014u

@@ -39,7 +39,8 @@ from .compare import at_least
 from .copies import copy
 from .mac_array import MacArray
 from .scratchpad import SpadPortSignature, point as spad_point, registered_word
-from .vector import VectorAlu, VectorOp, VectorRegs
+from .vector import VectorOp, VectorRegs
+from .vector_compact import vector_alu
 
 
 __all__ = ["ComputeCommand", "port_starts", "vector_steps", "ComputeUnit"]
@@ -173,7 +174,10 @@ class ComputeUnit(wiring.Component):
     vector result comes P - 1 cycles later: REQUANT ``R * P + 8`` (and the table),
     VADD ``n * P + 12``, VPOOL with ``average`` ``(n - 1) * max(window, P) + window +
     11 + P``, the others ``P - 1`` more than above. (The MAC array's and the vector
-    unit's latencies are :mod:`fusetile.kernels.config`'s.)
+    unit's latencies are :mod:`fusetile.kernels.config`'s.) Built for area
+    (``config.compact``: :class:`~fusetile.hdl.vector_compact.CompactVectorAlu`) the
+    vector unit is 4 cycles shorter and the requantiser 2: REQUANT ``R * P + 6``,
+    every other vector operation 4 cycles fewer than above.
 
     Each stalled read adds a cycle. Reads of ``a`` and ``b`` in the same bank in the
     same cycle make ``b`` stall, so a MATMUL or VADD whose two operands are always in
@@ -347,7 +351,7 @@ class ComputeUnit(wiring.Component):
         m = Module()
 
         m.submodules.mac = mac = MacArray(cfg)
-        m.submodules.alu = alu = VectorAlu(cfg)
+        m.submodules.alu = alu = vector_alu(cfg)
         regs = self.vector_regs
 
         # -- the command being executed ---------------------------------------------------

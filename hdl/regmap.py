@@ -156,6 +156,8 @@ def tile_memory_map(config):
                   "(tiles before register map 0.3 have them and read 0)."),
             Field("bank_counters", 1, R, doc="Per-bank scratchpad counters are present "
                   "(tiles before register map 0.3 have them and read 0)."),
+            Field("compact", 1, R, doc="The units are built for area, with cycle counts "
+                  "of their own (TileConfig.compact; tiles before it read 0 and are not)."),
         ], "Control configuration."), 0x010, group="identity")
     reg(Register("HWCFG_GMEM", [Field("bytes", 24, R, doc="GMEM size in bytes.")],
                  "Global memory configuration."), 0x014, group="identity")
@@ -320,7 +322,8 @@ def hwcfg_values(config):
                            staging_words_log2=_log2(config.staging_words),
                            dma_queue_log2=_log2(config.dma_queue),
                            branch_counters=int(config.branch_counters),
-                           bank_counters=int(config.bank_counters)),
+                           bank_counters=int(config.bank_counters),
+                           compact=int(config.compact)),
         "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes),
     }
 
@@ -359,5 +362,6 @@ def config_from_hwcfg(values):
         dma_queue=1 << int(ctrl.dma_queue_log2),
         branch_counters=before_0_3 or bool(int(ctrl.branch_counters)),
         bank_counters=before_0_3 or bool(int(ctrl.bank_counters)),
+        compact=bool(int(ctrl.compact)),
         gmem_bytes=int(gmem.bytes),
     )

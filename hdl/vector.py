@@ -98,10 +98,11 @@ def _pieces(value):
 _PRODUCT_STAGES = 4
 
 
-def _product_sum(m, sel, terms_1, terms_0, name):
+def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
     """``sum(a * b for a, b in terms_1)`` if ``sel`` else the same over ``terms_0``,
     from one set of multipliers, ``_PRODUCT_STAGES`` (4) cycles after the terms' values
-    are given.
+    are given; built ``short`` (for :attr:`TileConfig.compact`), 3 cycles: the
+    operand registers, the products, the sum.
 
     The terms are the stage's operand registers (their inputs, a cycle sooner, put
     VPOOL's merge in front of every multiplier: the ULX3S build's worst paths, step
@@ -137,18 +138,22 @@ def _product_sum(m, sel, terms_1, terms_0, name):
     for a1, b1, o1 in part_1:
         k = next((k for k, (_, _, o0) in enumerate(part_0) if o0 in (o1, None)), 0)
         shared.append(((a1, b1, o1), part_0.pop(k)))
-    sel_3 = _delay(m, sel, 3, f"{name}_sel")
+    sel_3 = _delay(m, sel, 2 if short else 3, f"{name}_sel")
     shifted = []
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(shared):
         # Each multiplier's operand registers are its own (`hdl/copies.py`): those of
         # two multipliers that take the same piece were merged, and the one register
         # placed between the two DSP blocks was 10.26 ns of 88176a6's routed paths
-        # into one of them, the worst (docs/fpga-timing.md, step 53).
-        x = copy(_register(m, Mux(sel, a1, a0), f"{name}_x{k}"))
-        y = copy(_register(m, Mux(sel, b1, b0), f"{name}_y{k}"))
+        # into one of them, the worst (docs/fpga-timing.md, step 53). Built short, the
+        # operand and product registers are the DSP block's own (an iCE40's SB_MAC16
+        # takes them in; a copy's `keep` would leave them in the fabric).
+        x = _register(m, Mux(sel, a1, a0), f"{name}_x{k}")
+        y = _register(m, Mux(sel, b1, b0), f"{name}_y{k}")
+        if not short:
+            x, y = copy(x), copy(y)
         m.submodules[f"{name}_mul{k}"] = mul = Multiplier(x.shape(), y.shape(), latency=1)
         m.d.comb += [mul.a.eq(x), mul.b.eq(y)]
-        p = _register(m, mul.p, f"{name}_p{k}")
+        p = mul.p if short else _register(m, mul.p, f"{name}_p{k}")
         o1 = o0 if o1 is None else o1
         o0 = o1 if o0 is None else o0
         shifted.append(p << o1 if o1 == o0 else Mux(sel_3, p << o1, p << o0))
@@ -390,24 +395,33 @@ def _max(m, a, b, name):
     return _wire(m, Mux(b > a, b, a), name)
 
 
+def _take_larger(left, right):
+    """The larger of two (value, index) pairs; ``left`` holds the lower indices and
+    keeps ties."""
+    (va, ia), (vb, ib) = left, right
+    take_b = vb > va
+    return Mux(take_b, vb, va), Mux(take_b, ib, ia)
+
+
 def _argmax(m, values, stages, name):
     """(largest value, its index) over ``values``, the lowest index on ties, from a
     tree of comparisons with a register after every level, or every few levels so
-    that there are at most ``stages`` registers on the way (one for a single value).
+    that there are at most ``stages`` registers on the way (one for a single value;
+    none with ``stages`` 0: the tree is combinational).
     Returns the two registers and the number of cycles after ``values`` they hold the
     result."""
     index_bits = _lane_bits(len(values))
     levels = (len(values) - 1).bit_length()
-    per_stage = max(1, -(-levels // stages))
     level = [(v, Const(i, index_bits)) for i, v in enumerate(values)]
+    if stages == 0:
+        while len(level) > 1:
+            level = [_take_larger(*level[k:k + 2]) if k + 1 < len(level) else level[k]
+                     for k in range(0, len(level), 2)]
+        return (*level[0], 0)
+    per_stage = max(1, -(-levels // stages))
     done, cycles = 0, 0
     while cycles == 0 or len(level) > 1:
-        pairs = []
-        for k in range(0, len(level) - 1, 2):
-            (va, ia), (vb, ib) = level[k], level[k + 1]
-            # Left holds the lower indices: it keeps ties.
-            take_b = vb > va
-            pairs.append((Mux(take_b, vb, va), Mux(take_b, ib, ia)))
+        pairs = [_take_larger(level[k], level[k + 1]) for k in range(0, len(level) - 1, 2)]
         if len(level) % 2:
             pairs.append(level[-1])
         level = pairs
@@ -540,6 +554,10 @@ class VectorAlu(wiring.Component):
     #: Cycles from a row on ``rq`` to its result on ``rq_o``, with a lane multiplier
     #: per lane (:attr:`requant_latency` in general).
     REQUANT_LATENCY = tile_config.REQUANT_LATENCY
+    #: The cycles, from the one a row is presented in (a scaled word, for
+    #: ``REQUANT_LOW``), in which ``requant`` must be high (low).
+    REQUANT_HIGH = (-1, 0)
+    REQUANT_LOW = (2, 3)
     #: The stage of a scaled word's result (its last group's, with more than one
     #: pass): stage 2's operands, the products' stages, then shift and sticky,
     #: rounding and zero point, clamp. The output register comes after it.

@@ -11,7 +11,8 @@ import hashlib
 import json
 
 
-__all__ = ["TileConfig", "MAC_LATENCY", "VECTOR_LATENCY", "REQUANT_LATENCY"]
+__all__ = ["TileConfig", "MAC_LATENCY", "VECTOR_LATENCY", "REQUANT_LATENCY",
+           "COMPACT_VECTOR_LATENCY", "COMPACT_REQUANT_LATENCY"]
 
 
 # The units' pipeline depths, which the gateware is built to (hdl/mac_array.py,
@@ -25,6 +26,10 @@ VECTOR_LATENCY = 11
 #: Cycles from an ACC row into the requantiser to its int8 row, with a lane
 #: multiplier per lane (:attr:`TileConfig.requant_latency` in general).
 REQUANT_LATENCY = 7
+#: The same two for the vector unit built for area (:attr:`TileConfig.compact`:
+#: hdl/vector_compact.py), whose pipeline has only the registers a low clock needs.
+COMPACT_VECTOR_LATENCY = 7
+COMPACT_REQUANT_LATENCY = 5
 
 
 def _is_pow2(n):
@@ -79,6 +84,13 @@ class TileConfig:
         ``vector_lanes`` lanes, and a row or a scaled word (REQUANT, VADD, VPOOL
         average) takes :attr:`vector_passes` cycles of them: the small boards'
         choice.
+    compact : bool
+        Whether the units are built for area rather than for a fast clock: pipelines
+        with only the registers a small FPGA's low clock needs, with cycle counts of
+        their own (:attr:`vector_latency`, :attr:`requant_latency`), which the golden
+        model follows. So far the vector unit has such a build
+        (:class:`fusetile.hdl.vector_compact.CompactVectorAlu`); the small boards'
+        choice.
 
     Raises
     ------
@@ -105,9 +117,10 @@ class TileConfig:
     vector_lanes: int | None = None
     branch_counters: bool = True
     bank_counters: bool = True
+    compact: bool = False
 
-    # Parts that are built or not.
-    _SWITCHES = ("slot_counters", "branch_counters", "bank_counters")
+    # Parts that are built or not, and how.
+    _SWITCHES = ("slot_counters", "branch_counters", "bank_counters", "compact")
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {
@@ -184,12 +197,14 @@ class TileConfig:
         """Cycles from the vector unit taking the word that completes a result to the
         result: a scaled word's last group comes :attr:`vector_passes` - 1 cycles
         after its first."""
-        return VECTOR_LATENCY + self.vector_passes - 1
+        base = COMPACT_VECTOR_LATENCY if self.compact else VECTOR_LATENCY
+        return base + self.vector_passes - 1
 
     @property
     def requant_latency(self):
         """Cycles from an ACC row into the requantiser to its int8 row."""
-        return REQUANT_LATENCY + self.vector_passes - 1
+        base = COMPACT_REQUANT_LATENCY if self.compact else REQUANT_LATENCY
+        return base + self.vector_passes - 1
 
     def as_dict(self):
         return asdict(self)

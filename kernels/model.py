@@ -63,7 +63,9 @@ scaled word takes P cycles of the lane multipliers and every vector result comes
 P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 12``, an
 average VPOOL ``(n - 1) * max(window, P) + window + 11 + P``, the other vector
 operations ``P - 1`` more than above. (The latencies are
-:mod:`fusetile.kernels.config`'s, which the gateware is built to.)
+:mod:`fusetile.kernels.config`'s, which the gateware is built to.) A tile built for
+area (``TileConfig.compact``) has a vector unit 4 cycles shorter and a requantiser 2
+cycles shorter: REQUANT ``R * P + 5``, the vector operations 4 fewer than above.
 
 MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
@@ -96,7 +98,7 @@ import numpy as np
 
 from . import arith
 from .operands import illegal_operands, operand_ends
-from .config import TileConfig, MAC_LATENCY, REQUANT_LATENCY, VECTOR_LATENCY
+from .config import TileConfig, MAC_LATENCY
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
                   VclampArgs, VcmpArgs, VargmaxArgs, VcfgArgs, CmpOp, VectorCfg,
@@ -1272,7 +1274,7 @@ class TileModel:
 
         if op == MicroOp.REQUANT:
             v = self._vregs()
-            extra = R * P + REQUANT_LATENCY
+            extra = (R - 1) * P + cfg.requant_latency + 1  # the last row's result, then idle
             if f["per_channel"]:
                 n = -(-8 * R // wb)
                 table = self._read_lanes(self._words(f["param_addr"] + np.arange(n)))
@@ -1301,7 +1303,7 @@ class TileModel:
                                   **self._vregs())
             self._write_lanes(self._words(f["out_addr"] + w), out)
             self._saturated(sat)
-            return n * P + VECTOR_LATENCY + 1, "vec_busy", None
+            return (n - 1) * P + vector_end + 1, "vec_busy", None
 
         if op == MicroOp.VPOOL:
             window, n = f["window"], f["n"]

@@ -11,7 +11,7 @@ and the fault state are compared. ACC is observed through REQUANT.
 """
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -42,7 +42,8 @@ CFG_8x4 = TileConfig(rows=8, cols=4, word_bytes=8, spad_banks=4, spad_bank_words
 CFG_8x8_2 = TileConfig(rows=8, cols=8, word_bytes=8, spad_banks=4, spad_bank_words=64,
                        partitions=4, vector_lanes=2)   # 4 passes per row or scaled word
 CFG_4x4_1 = TileConfig(rows=4, cols=4, word_bytes=4, spad_banks=2, spad_bank_words=128,
-                       partitions=4, vector_lanes=1)   # the iCEBreaker's vector unit
+                       partitions=4, vector_lanes=1,
+                       compact=True)   # the iCEBreaker's vector unit, built for area
 #: A vector instruction's cycles after its last word is read (VADD, VCLAMP, VPOOL, VCMP,
 #: VARGMAX; P - 1 more in P passes), and a REQUANT's after its last row is read.
 VEC_END = VectorAlu.LATENCY + 2
@@ -784,11 +785,16 @@ def test_directed_and_timing():
     b.run(bench)
 
 
-def test_timing_in_passes():
+@pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
+def test_timing_in_passes(compact):
     """With 2 vector lanes for 8 (4 passes): rows and scaled words one per 4 cycles,
-    the words of a VPOOL window between them, every vector result 3 cycles later."""
-    b = Bench(CFG_8x8_2, seed=12)
+    the words of a VPOOL window between them, every vector result 3 cycles later.
+    Built for area, the vector unit is 4 cycles shorter and the requantiser 2."""
+    b = Bench(replace(CFG_8x8_2, compact=compact), seed=12)
     R, P = 8, 4
+    VEC_END = b.cfg.vector_latency - (P - 1) + 2
+    RQ_END = b.cfg.requant_latency - (P - 1) + 1
+    assert (VEC_END, RQ_END) == ((9, 6) if compact else (13, 8))
 
     async def bench(ctx):
         await b.check(ctx, cmd(MicroOp.MATMUL, a_addr=0, a_stride=1, b_addr=65,

@@ -7,6 +7,7 @@
   Amaranth's simulator, compared word for word and counter for counter.
 """
 
+import dataclasses
 import random
 
 import numpy as np
@@ -296,6 +297,32 @@ def test_vargmax_column_and_test():
     assert m.index[0] == 4 and m.flags[1] == 0
     m, fault = run_kernel([vargmax(addr=0, n=17, index=0)], spad=spad)
     assert m.counters["vec_busy"] == 3 + VECTOR_LATENCY + 1
+
+
+@pytest.mark.parametrize("vector_lanes", [None, 2])
+def test_compact_vector_unit_cycles(vector_lanes):
+    """Built for area (``TileConfig.compact``), every vector instruction takes 4 cycles
+    fewer and REQUANT 2, with and without passes, as the RTL's do
+    (``tests/test_compute.py``, test_timing_in_passes); the results are the same."""
+    deep = dataclasses.replace(SMALL, vector_lanes=vector_lanes)
+    compact = dataclasses.replace(deep, compact=True)
+    spad = {0: bytes(range(0, 256, 3))}
+    kernels = {
+        "requant": [vcfg(VectorCfg.MULT_A, 2**30), requant(out=40)],
+        "vadd": [vcfg(VectorCfg.MULT_A, 2**30), vcfg(VectorCfg.MULT_B, 2**29),
+                 vadd(a=0, b=7, out=40, n=6)],
+        "vclamp": [vclamp(src=0, out=40, n=5, lo=-3, hi=9)],
+        "vpool": [vpool(src=0, stride=2, step=1, out=40, n=3, window=2, average=1)],
+        "vcmp": [vcmp(addr=0, lane=1, flag=2, op=CmpOp.GT, imm=5)],
+        "vargmax": [vargmax(addr=0, n=9, index=1)],
+    }
+    for name, micro in kernels.items():
+        (md, _), (mc, _) = (run_kernel(micro, config=c, spad=spad) for c in (deep, compact))
+        less = 2 if name == "requant" else 4
+        assert mc.counters["vec_busy"] == md.counters["vec_busy"] - less > 0, name
+        assert mc.counters["active_cycles"] == md.counters["active_cycles"] - less, name
+        assert mc.read_spad(BASE + 40, 8) == md.read_spad(BASE + 40, 8), name
+        assert (mc.flags, mc.index) == (md.flags, md.index), name
 
 
 def test_vargmax_column_partition_fault():

@@ -3,7 +3,9 @@
 """The vector unit's datapaths against the reference arithmetic (kernels/arith.py).
 
 Every test streams its words back to back (with occasional bubbles) and checks each
-result in the exact cycle the documented latency puts it in.
+result in the exact cycle the documented latency puts it in; most run both builds of
+the unit, the deep one (:class:`VectorAlu`) and the one for area
+(:class:`CompactVectorAlu`, ``TileConfig.compact``).
 """
 
 import random
@@ -16,6 +18,7 @@ from amaranth.sim import Simulator
 from fusetile.hdl.vector import (
     VectorAlu, VectorOp, VectorRegs, requant_input_layout, vector_input_layout,
 )
+from fusetile.hdl.vector_compact import CompactVectorAlu, vector_alu
 from fusetile.kernels import arith
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import CmpOp
@@ -91,10 +94,14 @@ def test_args_checked():
         VectorAlu(8)
 
 
-def requantizer(lanes, vector_lanes=None):
+#: Both builds of the vector unit, by ``TileConfig.compact``.
+BUILDS = pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
+
+
+def requantizer(lanes, vector_lanes=None, compact=False):
     """The vector ALU of ``lanes`` lanes, which requantises rows of as many
     (``vector_lanes`` of them per cycle)."""
-    return VectorAlu(TileConfig(word_bytes=lanes, vector_lanes=vector_lanes))
+    return vector_alu(TileConfig(word_bytes=lanes, vector_lanes=vector_lanes, compact=compact))
 
 
 def random_row(rng, lanes):
@@ -135,10 +142,11 @@ def collect_requant(lanes):
     return lambda p: ([p.value[j] for j in range(lanes)], p.saturated)
 
 
+@BUILDS
 @pytest.mark.parametrize("lanes, vector_lanes", [(8, None), (16, None), (4, 1), (8, 2)])
-def test_requantizer_random_back_to_back(lanes, vector_lanes):
+def test_requantizer_random_back_to_back(lanes, vector_lanes, compact):
     """Rows one per cycle, or one per ``word_bytes / vector_lanes`` cycles."""
-    dut = requantizer(lanes, vector_lanes)
+    dut = requantizer(lanes, vector_lanes, compact)
     passes = dut.config.vector_passes
     rng = random.Random(lanes)
     rows = [random_row(rng, lanes) for _ in range(600 // passes)]
@@ -146,7 +154,8 @@ def test_requantizer_random_back_to_back(lanes, vector_lanes):
 
     async def bench(ctx):
         outputs = await stream(ctx, dut, items, collect_requant(lanes), rows=True)
-        assert dut.requant_latency == VectorAlu.REQUANT_LATENCY + passes - 1
+        assert dut.requant_latency == type(dut).REQUANT_LATENCY + passes - 1
+        assert type(dut) is (CompactVectorAlu if compact else VectorAlu)
         assert [c for c, _ in outputs] == [w + dut.requant_latency for w in where]
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
@@ -154,10 +163,11 @@ def test_requantizer_random_back_to_back(lanes, vector_lanes):
     run(dut, bench)
 
 
-def test_requantizer_extremes_exhaustive():
+@BUILDS
+def test_requantizer_extremes_exhaustive(compact):
     """Every combination of extreme accumulator, multiplier, shift and zero point."""
     lanes = 8
-    dut = requantizer(lanes)
+    dut = requantizer(lanes, compact=compact)
     acc = ACC_EDGES + [-2**30, 2**30]
     rows = [{"acc": acc, "mult": mult, "shift": shift, "zp": zp, "lo": lo, "hi": hi}
             for mult in MULT_EDGES for shift in (0, 1, 30, 31) for zp in (-128, 0, 127)
@@ -172,10 +182,11 @@ def test_requantizer_extremes_exhaustive():
     run(dut, bench)
 
 
-def test_requantizer_full_32bit_multiplier():
+@BUILDS
+def test_requantizer_full_32bit_multiplier(compact):
     """Beyond the ISA's range (mult >= 2**31) the datapath is still exact."""
     lanes = 4
-    dut = requantizer(lanes)
+    dut = requantizer(lanes, compact=compact)
     rng = random.Random(7)
     rows = [{**random_row(rng, lanes), "mult": rng.choice([2**31, 2**32 - 1,
                                                             rng.randrange(2**31, 2**32)])}
@@ -190,9 +201,10 @@ def test_requantizer_full_32bit_multiplier():
     run(dut, bench)
 
 
-def test_requantizer_saturation_flags():
+@BUILDS
+def test_requantizer_saturation_flags(compact):
     lanes = 4
-    dut = requantizer(lanes)
+    dut = requantizer(lanes, compact=compact)
     # mult 2**31 - 1 ~ 1.0: acc passes through (rounded) and is clamped to [-3, 3].
     row = {"acc": [100, -100, 2, -3], "mult": 2**31 - 1, "shift": 0, "zp": 0,
            "lo": -3, "hi": 3}
@@ -205,12 +217,13 @@ def test_requantizer_saturation_flags():
     run(dut, bench)
 
 
-def test_requantizer_clamp_corners():
+@BUILDS
+def test_requantizer_clamp_corners(compact):
     """The clamp's comparisons side by side: every lane on, next to and between the
     bounds, ordinary (lo < hi, lo == hi) and inverted (lo > hi, where np.clip gives hi
     and a lane equal to hi is not saturated)."""
     ys = [-128, -7, -6, -5, -4, -3, 0, 1, 2, 3, 4, 5, 6, 7, 100, 127]
-    dut = requantizer(len(ys))
+    dut = requantizer(len(ys), compact=compact)
     # mult 2**30, shift 0: y = acc / 2, exact for even acc.
     rows = [{"acc": [2 * y for y in ys], "mult": 2**30, "shift": 0, "zp": 0,
              "lo": lo, "hi": hi}
@@ -367,7 +380,7 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
     registers changing between operations, and the words that are scaled
     ``config.vector_passes`` cycles apart at least; check every result and its cycle."""
     lanes = config.word_bytes
-    dut = VectorAlu(config)
+    dut = vector_alu(config)
     rng = random.Random(seed)
     items, regs, results = [], [], []
     last_index = []
@@ -388,7 +401,7 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
 
     async def bench(ctx):
         outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
-        assert dut.latency == VectorAlu.LATENCY + config.vector_passes - 1
+        assert dut.latency == type(dut).LATENCY + config.vector_passes - 1
         assert [c for c, _ in outputs] == [i + dut.latency for i in last_index]
         for want, (_, got) in zip(results, outputs):
             assert got == want
@@ -396,37 +409,40 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
     run(dut, bench)
 
 
-@pytest.mark.parametrize("word_bytes", [8, 16])
+@pytest.mark.parametrize("word_bytes, compact", [(8, False), (16, False), (4, True), (8, True)])
 @pytest.mark.parametrize("op", sorted(OPS))
-def test_alu_op_random(op, word_bytes):
+def test_alu_op_random(op, word_bytes, compact):
     count = {"vpool": 150, "vcmp": 200, "vargmax": 200, "vargmax_column": 150}.get(op, 500)
-    check_program(TileConfig(word_bytes=word_bytes), [OPS[op]], seed=sorted(OPS).index(op),
-                  count=count // (word_bytes // 8))
+    check_program(TileConfig(word_bytes=word_bytes, compact=compact), [OPS[op]],
+                  seed=sorted(OPS).index(op), count=count * 8 // max(word_bytes, 8))
 
 
-@pytest.mark.parametrize("word_bytes", [4, 8, 16, 32])
-def test_alu_mixed_back_to_back(word_bytes):
+@pytest.mark.parametrize("word_bytes, compact", [(4, False), (8, False), (16, False),
+                                                 (32, False), (4, True), (16, True)])
+def test_alu_mixed_back_to_back(word_bytes, compact):
     """All operations one after another with no gap: one word per cycle. (32 lanes:
     two levels of the lane tree per stage.)"""
-    check_program(TileConfig(word_bytes=word_bytes), list(OPS.values()), seed=word_bytes,
-                  count=300, bubble_rate=0)
+    check_program(TileConfig(word_bytes=word_bytes, compact=compact), list(OPS.values()),
+                  seed=word_bytes, count=300, bubble_rate=0)
 
 
+@BUILDS
 @pytest.mark.parametrize("word_bytes, vector_lanes", [(4, 1), (8, 2), (8, 4), (16, 4)])
-def test_alu_mixed_in_passes(word_bytes, vector_lanes):
+def test_alu_mixed_in_passes(word_bytes, vector_lanes, compact):
     """Fewer lane multipliers than lanes: a scaled word every ``word_bytes /
     vector_lanes`` cycles, the other words one per cycle in between (VPOOL's words
     before its last among them), every result exact and in its cycle."""
-    config = TileConfig(word_bytes=word_bytes, vector_lanes=vector_lanes)
+    config = TileConfig(word_bytes=word_bytes, vector_lanes=vector_lanes, compact=compact)
     check_program(config, list(OPS.values()), seed=word_bytes + vector_lanes, count=300,
                   bubble_rate=0)
 
 
-def test_alu_vadd_extremes():
+@BUILDS
+def test_alu_vadd_extremes(compact):
     """Zero points at the int8 edges, multiplier 0 and 2**31 - 1, shift 0 and 31."""
-    config = TileConfig(word_bytes=8)
+    config = TileConfig(word_bytes=8, compact=compact)
     lanes = config.word_bytes
-    dut = VectorAlu(config)
+    dut = vector_alu(config)
     words = [[-128, 127, 0, -1, 1, -128, 127, 64], [127, -128, 0, 1, -1, -128, 127, -64]]
     items, regs, results = [], [], []
     for mult_a in (0, 2**31 - 1):
@@ -453,9 +469,10 @@ def test_alu_vadd_extremes():
     run(dut, bench)
 
 
-def test_alu_saturation_count():
-    config = TileConfig(word_bytes=8)
-    dut = VectorAlu(config)
+@BUILDS
+def test_alu_saturation_count(compact):
+    config = TileConfig(word_bytes=8, compact=compact)
+    dut = vector_alu(config)
     # VADD at ~1.0 scale: a + b clamped to [-128, 127] -> lanes 0, 1, 2 saturate.
     r = {"mult_a": 2**31 - 1, "mult_b": 2**31 - 1, "shift": 0, "zp_a": 0, "zp_b": 0,
          "zp_out": 0, "lo": -128, "hi": 127}
@@ -470,11 +487,12 @@ def test_alu_saturation_count():
     run(dut, bench)
 
 
-def test_alu_reduction_with_interleaved_words():
+@BUILDS
+def test_alu_reduction_with_interleaved_words(compact):
     """VADD / VCLAMP words may come between the words of a reduction, and bubbles."""
-    config = TileConfig(word_bytes=8)
+    config = TileConfig(word_bytes=8, compact=compact)
     lanes = config.word_bytes
-    dut = VectorAlu(config)
+    dut = vector_alu(config)
     rng = random.Random(3)
     r = random_regs(rng)
     items, last_index, results = [], [], []
@@ -500,7 +518,7 @@ def test_alu_reduction_with_interleaved_words():
     async def bench(ctx):
         regs = [r] * len(items)
         outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
-        assert [c for c, _ in outputs] == [i + VectorAlu.LATENCY for i in last_index]
+        assert [c for c, _ in outputs] == [i + dut.latency for i in last_index]
         assert [got for _, got in outputs] == results
 
     run(dut, bench)
@@ -511,14 +529,15 @@ def vadd_result(lanes, it, r):
     return expected(lanes, VectorOp.VADD, out, sat)
 
 
+@BUILDS
 @pytest.mark.parametrize("word_bytes", [4, 8])
-def test_alu_vargmax_column_directed(word_bytes):
+def test_alu_vargmax_column_directed(word_bytes, compact):
     """Column argmax on hand-picked words: n = 1, ties (the lowest word wins), all
     -128, the other lanes larger; back to back with packed VARGMAX and VCMP words, so
     neither mode leaks state into the other. Each result's flag tests ``expect``."""
-    config = TileConfig(word_bytes=word_bytes)
+    config = TileConfig(word_bytes=word_bytes, compact=compact)
     lanes = config.word_bytes
-    dut = VectorAlu(config)
+    dut = vector_alu(config)
     W = lanes
 
     def word(*values, fill=0):
@@ -558,20 +577,21 @@ def test_alu_vargmax_column_directed(word_bytes):
 
     async def bench(ctx):
         outputs = await stream(ctx, dut, items, collect_alu(W))
-        assert [c for c, _ in outputs] == [i + VectorAlu.LATENCY for i in last]
+        assert [c for c, _ in outputs] == [i + dut.latency for i in last]
         assert [got for _, got in outputs] == results
 
     run(dut, bench)
 
 
-def test_rows_and_words_share_the_multipliers():
+@BUILDS
+def test_rows_and_words_share_the_multipliers(compact):
     """REQUANT rows and vector words as close together as ``requant`` allows (a row
-    needs it high in the cycle before it is presented and in that cycle, a scaled word
-    low two and three cycles after; the two ports may even take an item in the same
-    cycle), ``requant`` random whenever nothing needs the multipliers: every result
-    exact, in its cycle."""
+    needs it high in the cycles ``REQUANT_HIGH`` from the one it is presented in, a
+    scaled word low in ``REQUANT_LOW``; the two ports may even take an item in the
+    same cycle), ``requant`` random whenever nothing needs the multipliers: every
+    result exact, in its cycle."""
     lanes = 8
-    dut = VectorAlu(TileConfig(word_bytes=lanes))
+    dut = vector_alu(TileConfig(word_bytes=lanes, compact=compact))
     rng = random.Random(11)
     need = {}                           # cycle -> the `requant` it must have
     rows, words = {}, {}                # cycle -> (payload, expected[, regs])
@@ -581,11 +601,11 @@ def test_rows_and_words_share_the_multipliers():
         kind = rng.choice(["row", "word"])
         if kind == "row":
             row = random_row(rng, lanes)
-            payload, want, mode, regs = row, requant_reference(row), ((-1, 0), 1), None
+            payload, want, mode, regs = row, requant_reference(row), (dut.REQUANT_HIGH, 1), None
         else:
             make = rng.choice([op_vadd, op_vadd, op_vclamp])
             [payload], want, regs = make(rng, lanes, random_regs(rng))
-            mode = ((2, 3), 0) if payload["op"] == VectorOp.VADD else None
+            mode = (dut.REQUANT_LOW, 0) if payload["op"] == VectorOp.VADD else None
         at = max(at, cursor[kind])
         while mode is not None and any(need.get(at + k, mode[1]) != mode[1] for k in mode[0]):
             at += 1
@@ -597,7 +617,7 @@ def test_rows_and_words_share_the_multipliers():
     # Both kinds came within a cycle of each other, and in the same cycle.
     assert any(c in words for c in rows)
     assert any(c + 1 in words or c - 1 in words for c in rows)
-    end = max(max(rows), max(words)) + VectorAlu.LATENCY + 2
+    end = max(max(rows), max(words)) + dut.latency + 2
 
     async def bench(ctx):
         got_rows, got_words = {}, {}
@@ -611,10 +631,10 @@ def test_rows_and_words_share_the_multipliers():
                 ctx.set(dut.i.payload, words[cycle][0])
                 ctx.set(dut.regs, words[cycle][2])
             if ctx.get(dut.rq_o.valid):
-                got_rows[cycle - VectorAlu.REQUANT_LATENCY] = \
+                got_rows[cycle - dut.requant_latency] = \
                     collect_requant(lanes)(ctx.get(dut.rq_o.payload))
             if ctx.get(dut.o.valid):
-                got_words[cycle - VectorAlu.LATENCY] = collect_alu(lanes)(ctx.get(dut.o.payload))
+                got_words[cycle - dut.latency] = collect_alu(lanes)(ctx.get(dut.o.payload))
             await ctx.tick()
         assert got_rows == {c: want for c, (_, want, _) in rows.items()}
         assert got_words == {c: want for c, (_, want, _) in words.items()}
@@ -622,9 +642,10 @@ def test_rows_and_words_share_the_multipliers():
     run(dut, bench)
 
 
-def test_alu_busy():
-    config = TileConfig(word_bytes=8)
-    dut = VectorAlu(config)
+@BUILDS
+def test_alu_busy(compact):
+    config = TileConfig(word_bytes=8, compact=compact)
+    dut = vector_alu(config)
 
     async def bench(ctx):
         assert ctx.get(dut.busy) == 0
@@ -635,12 +656,12 @@ def test_alu_busy():
         await ctx.tick()
         ctx.set(dut.i.valid, 0)
         busy = []
-        for _ in range(VectorAlu.LATENCY + 1):
+        for _ in range(dut.latency + 1):
             busy.append((ctx.get(dut.busy), ctx.get(dut.o.valid)))
             await ctx.tick()
         # The result of the word presented in cycle 1 is out in cycle 1 + LATENCY;
         # busy covers every cycle before it.
-        assert busy == [(1, 0)] * (VectorAlu.LATENCY - 1) + [(0, 1), (0, 0)]
+        assert busy == [(1, 0)] * (dut.latency - 1) + [(0, 1), (0, 0)]
 
     run(dut, bench)
 
@@ -654,7 +675,9 @@ def test_layouts():
     assert len(dut.i.payload.lane) == 4
 
 
+@BUILDS
 @pytest.mark.parametrize("word_bytes", [4, 8, 16])
-def test_verilog_converts(word_bytes):
-    text = verilog.convert(VectorAlu(TileConfig(word_bytes=word_bytes)), name="vector_alu")
+def test_verilog_converts(word_bytes, compact):
+    text = verilog.convert(vector_alu(TileConfig(word_bytes=word_bytes, compact=compact)),
+                           name="vector_alu")
     assert "module vector_alu" in text

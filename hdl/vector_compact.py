@@ -1,0 +1,319 @@
+"""The vector unit built for area (:attr:`TileConfig.compact`): :class:`CompactVectorAlu`.
+
+:class:`~fusetile.hdl.vector.VectorAlu` is pipelined for the ULX3S's 100 MHz: a
+register in every path of more than a few LUTs, the word and the VCFG registers
+carried along its eleven stages, each DSP multiplier's operands and product registered
+in the fabric as well as in the block. On an iCE40UP5K at 24 MHz a cycle is 42 ns, and
+every flip-flop takes one of the 5,280 logic cells the whole tile must fit in. This
+unit does the same operations, bit for bit, through the same ports and contract, in
+the stages such a clock needs:
+
+* cycle 1: the word's operands (VADD's ``x - ZP``), VPOOL's merge, VCLAMP's result,
+  and VCMP's and VARGMAX's lane tree and its merge with the best so far, worked out
+  from the word as it is presented and registered (the deep unit's stages 0 to 2 and
+  its lane tree);
+* cycles 2 and 3: the lane multipliers, their operands and their products in the
+  DSP blocks' own registers (a REQUANT row goes to them as it comes, as in the deep
+  unit; VCMP's comparison and VARGMAX's test are cycle 2);
+* cycle 4: the products' sum; 5: the shift and the sticky bit; 6: rounding, zero
+  point and clamp; 7: the output register.
+
+``LATENCY`` is therefore 7 and ``REQUANT_LATENCY`` 5 (:mod:`fusetile.kernels.config`),
+``vector_passes - 1`` more with fewer lane multipliers than lanes, and the golden
+model's cycles follow the configuration. Every stage past the first carries only what
+the later stages read: the scaling registers go along as far as each is needed, the
+unscaled result word and the reductions' results wait for the output stage.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data
+
+from ..kernels import config as tile_config
+from ..kernels.isa import CmpOp
+from .compare import below
+from .vector import (VectorAlu, VectorOp, VectorRegs, _argmax, _delay, _lane_bits, _max,
+                     _next_group, _product_sum, _register, _wire)
+
+
+__all__ = ["CompactVectorAlu", "vector_alu"]
+
+
+#: Cycles :func:`_product_sum` takes built ``short``: operands, products, sum.
+_PRODUCT_STAGES = 3
+
+
+def _round_clamp(m, prods, shift, zp, lo, hi, name):
+    """``clamp(zp + round_half_even(p / 2**(31 + shift)), lo, hi)`` for each ``p`` in
+    ``prods``, two cycles later: the shift and the sticky bit, then the rest.
+
+    ``prods`` are signed values and ``shift`` (0..31) the value of their cycle; ``zp``,
+    ``lo``, ``hi`` (int8) those of the cycle after. The rounding is the deep unit's
+    (:func:`fusetile.hdl.vector._round_clamp`): ``t = p >> (30 + shift)``, whose bit 0
+    is the rounding bit, and a sticky bit for the bits below it; round up iff
+    ``t[0] & (sticky | t[1])``. The clamp is :func:`numpy.clip`'s ``min(max(y, lo),
+    hi)`` (``lo > hi`` gives ``hi``); a lane is saturated when it changed ``y``.
+    Returns ``(values, saturated)``: lists of signed(8) and 1-bit registers.
+    """
+    mask = _wire(m, ((Const(1, 1) << shift) - 1)[:32], f"{name}_mask")
+    values, saturated = [], []
+    for lane, prod in enumerate(prods):
+        # |p| < 2**63, so p >> 30 fits 34 bits; widening first makes the sticky mask
+        # see sign bits when p is narrower than 30 + shift.
+        wide = Signal(signed(64), name=f"{name}{lane}_wide")
+        m.d.comb += wide.eq(prod)
+        t = Signal(signed(34), name=f"{name}{lane}_t", reset_less=True)
+        sticky = Signal(name=f"{name}{lane}_sticky", reset_less=True)
+        m.d.sync += [
+            t.eq((wide >> 30) >> shift),
+            sticky.eq(wide[:30].any() | (wide[30:62] & mask).any()),
+        ]
+        y = _wire(m, (t >> 1) + zp + (t[0] & (sticky | t[1])), f"{name}{lane}_y")
+        at_least_lo = _wire(m, Mux(y < lo, lo, y), f"{name}{lane}_at_least_lo")
+        clamped = _wire(m, Mux(at_least_lo > hi, hi, at_least_lo), f"{name}{lane}_clamped")
+        value = _register(m, clamped[:8].as_signed(), f"{name}{lane}_value")
+        sat = _register(m, clamped != y, f"{name}{lane}_sat")
+        values.append(value)
+        saturated.append(sat)
+    return values, saturated
+
+
+class CompactVectorAlu(VectorAlu):
+    """:class:`~fusetile.hdl.vector.VectorAlu` built for area: the same operations,
+    ports and contract, in ``LATENCY`` = 7 cycles for a word and ``REQUANT_LATENCY``
+    = 5 for a row (``vector_passes - 1`` more each with fewer lane multipliers than
+    lanes: :attr:`latency`, :attr:`requant_latency`).
+
+    ``requant`` is read registered in the cycle a word's or a row's operands go to
+    the lane multipliers: it must be high in the cycle before a row is presented and
+    low in the cycle a scaled word is presented (``REQUANT_HIGH``, ``REQUANT_LOW``;
+    with more than one pass, for each pass: the compute unit holds it for a whole
+    command). ``busy`` is high from the cycle after a word or a row is
+    presented until the cycle before its result is out.
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``word_bytes`` gives the number of lanes, ``vector_lanes`` the lane
+        multipliers.
+    """
+
+    LATENCY = tile_config.COMPACT_VECTOR_LATENCY
+    REQUANT_LATENCY = tile_config.COMPACT_REQUANT_LATENCY
+    REQUANT_HIGH = (-1,)
+    REQUANT_LOW = (0,)
+
+    def elaborate(self, platform):
+        lanes = self._config.word_bytes
+        half = lanes // 2
+        group = self._config.scaler_lanes       # lanes through the multipliers per cycle
+        tail = self._config.vector_passes - 1   # cycles a result waits for its last group
+        m = Module()
+
+        m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]
+
+        # -- cycle 1: from the word as it is presented ----------------------------------
+        valid, pay, regs = self.i.valid, self.i.payload, self.regs
+        op = pay.op
+        a = [pay.a[j] for j in range(lanes)]
+        is_vpool, is_vcmp, is_vargmax = (op == VectorOp.VPOOL, op == VectorOp.VCMP,
+                                         op == VectorOp.VARGMAX)
+        scaled_op = (op == VectorOp.VADD) | (is_vpool & pay.average)
+        scaled_in = valid & ((op == VectorOp.VADD) | (is_vpool & pay.average & pay.last))
+        reduction = is_vpool | is_vcmp | is_vargmax
+        # A word that gives a result (VADD, VCLAMP, a reduction's last).
+        s1_valid = _register(m, valid & (~reduction | pay.last), "s1_valid", reset_less=False)
+
+        # VPOOL: one accumulator per output lane, the sum of (x - ZP_A) or the maximum.
+        # A lane takes a pair (its lanes 2j and 2j + 1) or its own lane.
+        pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
+        pooled = []
+        for j in range(lanes):
+            if j < half:
+                left, right = a[2 * j], a[2 * j + 1]
+                u = Mux(pay.pairs, left, a[j])
+                v = Mux(pay.pairs, right, 0)
+                zp_x = Mux(pay.pairs, regs.zp_a * 2, regs.zp_a)
+                most = Mux(pay.pairs, Mux(below(left, right), right, left), a[j])
+            else:
+                u, v, zp_x, most = a[j], 0, regs.zp_a, a[j]
+            total = Mux(pay.first, 0, pool[j]) + (u + v - zp_x)
+            biggest = Mux(pay.first | below(pool[j], most), most, pool[j])
+            pooled.append(_wire(m, Mux(pay.average, total, biggest)[:16].as_signed(),
+                                f"pooled{j}"))
+        with m.If(valid & is_vpool):
+            m.d.sync += pool.eq(Cat(*pooled))
+
+        # The unscaled result word: VCLAMP's (min(max(a, lo), hi), hi when lo > hi, as
+        # numpy's clip) and a maximum VPOOL's; 0 for the others.
+        word = Signal(data.ArrayLayout(signed(8), lanes), name="word", reset_less=True)
+        m.d.sync += word.eq(0)
+        with m.If(is_vpool):
+            m.d.sync += [word[j].eq(pooled[j]) for j in range(lanes)]
+        with m.If(op == VectorOp.VCLAMP):
+            to_hi = below(pay.hi, pay.lo)
+            m.d.sync += [word[j].eq(Mux(to_hi | below(pay.hi, a[j]), pay.hi,
+                                        Mux(below(a[j], pay.lo), pay.lo, a[j])))
+                         for j in range(lanes)]
+
+        # The scaled words' operands, (a - ZP_A, b - ZP_B) for VADD and (sum, 0) for an
+        # average VPOOL's last word, and the registers that scale them, loaded with the
+        # word; with more than one pass they stay for its passes, the operands shifting
+        # down a group per cycle.
+        opa = Signal(data.ArrayLayout(signed(16), lanes), name="opa", reset_less=True)
+        opb = Signal(data.ArrayLayout(signed(9), lanes), name="opb", reset_less=True)
+        scale = Signal(VectorRegs, name="scale", reset_less=True)
+        with m.If(scaled_in):
+            m.d.sync += scale.eq(regs)
+            with m.If(is_vpool):
+                m.d.sync += [opa[j].eq(pooled[j]) for j in range(lanes)]
+                m.d.sync += opb.eq(0)
+            with m.Else():
+                m.d.sync += [opa[j].eq(a[j] - regs.zp_a) for j in range(lanes)]
+                m.d.sync += [opb[j].eq(pay.b[j] - regs.zp_b) for j in range(lanes)]
+        if tail:
+            with m.Else():
+                m.d.sync += [opa.eq(_next_group(opa, group)), opb.eq(_next_group(opb, group))]
+
+        # VCMP, VARGMAX: lanes above `lane` of the last word are ignored, and all
+        # lanes but `lane` for the operations that look at that lane alone (VCMP
+        # without `reduce`, VARGMAX with `column`); masked lanes are -128 and never
+        # win. The word's maximum and its lane, from the lane tree as it comes, merge
+        # with the best so far; a later word wins only when larger, so the lowest
+        # index wins ties. VARGMAX's index is the word number and lane, or with
+        # `column` the word number.
+        one_lane = (is_vcmp & ~pay.reduce) | (is_vargmax & pay.column)
+        masked = [Mux(Mux(one_lane, j != pay.lane, pay.last & (j > pay.lane)), -128, a[j])
+                  for j in range(lanes)]
+        word_max, word_arg, _ = _argmax(m, [_wire(m, x, f"masked{j}")
+                                            for j, x in enumerate(masked)],
+                                        0, "word")
+        cmp_max = Signal(signed(8), name="cmp_max")
+        with m.If(valid & is_vcmp):
+            m.d.sync += cmp_max.eq(Mux(pay.first, word_max,
+                                       _max(m, cmp_max, word_max, "cmp_merged_max")))
+        lane_bits = _lane_bits(lanes) if lanes > 1 else 0
+        word_no = Signal(16, name="argmax_word")               # words since `first`
+        best_value = Signal(signed(8), name="argmax_value")
+        best_index = Signal(16, name="argmax_index")
+        this_word = _wire(m, Mux(pay.first, 0, word_no), "argmax_this_word")
+        packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
+        take = _wire(m, pay.first | (word_max > best_value), "argmax_take")
+        with m.If(valid & is_vargmax):
+            m.d.sync += [
+                word_no.eq(this_word + 1),
+                best_value.eq(Mux(take, word_max, best_value)),
+                best_index.eq(Mux(take, Mux(pay.column, this_word, packed_index),
+                                  best_index)),
+            ]
+        s1_op = _register(m, op, "s1_op")
+        s1_pairs = _register(m, pay.pairs, "s1_pairs")
+        s1_scaled = _register(m, scaled_op, "s1_scaled")
+        s1_vargmax = _register(m, is_vargmax, "s1_vargmax")
+        s1_cmp = _register(m, pay.cmp, "s1_cmp")
+        s1_imm = _register(m, pay.imm, "s1_imm")
+        s1_expect = _register(m, pay.expect, "s1_expect")
+
+        # -- cycle 2: VCMP's comparison and VARGMAX's test -----------------------------
+        flag = Signal(name="flag")
+        with m.If(s1_vargmax):
+            m.d.sync += flag.eq(best_index == s1_expect)
+        with m.Else():
+            with m.Switch(s1_cmp):
+                with m.Case(CmpOp.GE):
+                    m.d.sync += flag.eq(cmp_max >= s1_imm)
+                with m.Case(CmpOp.GT):
+                    m.d.sync += flag.eq(cmp_max > s1_imm)
+                with m.Case(CmpOp.LT):
+                    m.d.sync += flag.eq(cmp_max < s1_imm)
+                with m.Case(CmpOp.EQ):
+                    m.d.sync += flag.eq(cmp_max == s1_imm)
+
+        # -- cycles 2 to 6 (a row's 1 to 5): the scaling ---------------------------------
+        # (opa * MULT_A + opb * MULT_B) of a word, or acc * mult of a row as it comes
+        # (its accumulators and `mult` are the MAC array's and the compute unit's
+        # registers), on the same multipliers: `requant` registered chooses. A row
+        # shifts its accumulators down a group per cycle until the next one.
+        row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
+        row_next = Signal(self.rq.payload.shape(), name="row_next")
+        m.d.comb += row_next.eq(self.rq.payload)
+        if tail:
+            with m.If(~self.rq.valid):
+                m.d.comb += [row_next.eq(row), row_next.acc.eq(_next_group(row.acc, group))]
+        m.d.sync += row.eq(row_next)
+        rows = _register(m, self.requant, "rows")
+        prods = [_product_sum(m, rows, [(row_next.acc[j], row_next.mult)],
+                              [(opa[j], scale.mult_a), (opb[j], scale.mult_b)],
+                              f"prod{j}", short=True)
+                 for j in range(group)]
+        # The scaling registers of the operands' cycle, a row's or a word's, carried as
+        # far as they are read: the shift to the products' sum, the others a cycle on.
+        shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), delay, f"scale_{name}")
+                             for of_row, of_word, name, delay in (
+                                 (row_next.shift, scale.shift, "shift", _PRODUCT_STAGES),
+                                 (row_next.zp, scale.zp_out, "zp", _PRODUCT_STAGES + 1),
+                                 (row_next.lo, scale.lo, "lo", _PRODUCT_STAGES + 1),
+                                 (row_next.hi, scale.hi, "hi", _PRODUCT_STAGES + 1)))
+        scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
+        if tail:
+            # The groups before the last, oldest lowest: with the last one, the word.
+            done = Signal(data.ArrayLayout(signed(8), lanes - group), name="rq_done",
+                          reset_less=True)
+            done_sat = Signal(lanes - group, name="rq_done_sat", reset_less=True)
+            m.d.sync += [
+                done.eq(Cat(done.as_value()[8 * group:], *scaled)),
+                done_sat.eq(Cat(done_sat[group:], *saturated)),
+            ]
+            scaled = [done[j] for j in range(lanes - group)] + scaled
+            saturated = [done_sat[j] for j in range(lanes - group)] + saturated
+        row_valids = [_register(m, self.rq.valid, "row1_valid", reset_less=False)]
+        for k in range(1, self.requant_latency):
+            row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid",
+                                        reset_less=False))
+        m.d.comb += [
+            self.rq_o.valid.eq(row_valids[-1]),
+            self.rq_o.payload.value.eq(Cat(*scaled)),
+            self.rq_o.payload.saturated.eq(Cat(*saturated)),
+        ]
+
+        # -- cycle 7: the output register --------------------------------------------
+        # In the cycle before it (with more than one pass, the cycle of a scaled word's
+        # last group) the unscaled word and the reductions' results have waited for
+        # the scaled ones; pairs leave the upper half of the lanes 0.
+        at_result = self.latency - 2            # cycles from cycle 1
+        valids = [s1_valid]                     # valids[k]: cycle 1 + k
+        for k in range(1, at_result + 1):
+            valids.append(_register(m, valids[-1], f"s{k + 1}_valid", reset_less=False))
+        res_op = _delay(m, s1_op, at_result, "op")
+        res_scaled = _delay(m, s1_scaled, at_result, "scaled")
+        res_pairs = _delay(m, s1_pairs, at_result, "pairs")
+        res_word = _delay(m, word, at_result, "word")
+        res_index = _delay(m, best_index, at_result, "index")
+        res_flag = _delay(m, flag, at_result - 1, "flag")
+        res_upper = _wire(m, (res_op == VectorOp.VPOOL) & res_pairs, "res_upper")
+
+        out = self.o.payload
+        out_sat = []
+        for j in range(lanes):
+            zero = res_upper if j >= half else Const(0)
+            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(res_scaled, scaled[j], res_word[j])))
+            out_sat.append(~zero & res_scaled & saturated[j])
+        m.d.sync += [
+            self.o.valid.eq(valids[at_result]),
+            out.op.eq(res_op),
+            out.saturated.eq(Cat(*out_sat)),
+            out.sat_count.eq(sum(out_sat)),
+            out.flag.eq(((res_op == VectorOp.VCMP) | (res_op == VectorOp.VARGMAX)) & res_flag),
+            out.index.eq(Mux(res_op == VectorOp.VARGMAX, res_index, 0)),
+        ]
+
+        # A word that gives no result (a reduction's but the last) is in flight for a
+        # cycle: its merge.
+        in_flight = _register(m, valid & reduction & ~pay.last, "merging", reset_less=False)
+        m.d.comb += self.busy.eq(Cat(in_flight, *valids, *row_valids[:-1]).any())
+        return m
+
+
+def vector_alu(config):
+    """The vector unit for ``config``: :class:`CompactVectorAlu` when it is built for
+    area (:attr:`TileConfig.compact`), else :class:`~fusetile.hdl.vector.VectorAlu`."""
+    return (CompactVectorAlu if config.compact else VectorAlu)(config)
