@@ -176,8 +176,8 @@ class ComputeUnit(wiring.Component):
     11 + P``, the others ``P - 1`` more than above. (The MAC array's and the vector
     unit's latencies are :mod:`fusetile.kernels.config`'s.) Built for area
     (``config.compact``: :class:`~fusetile.hdl.vector_compact.CompactVectorAlu`) the
-    vector unit is 4 cycles shorter and the requantiser 2: REQUANT ``R * P + 6``,
-    every other vector operation 4 cycles fewer than above.
+    vector unit is 5 cycles shorter and the requantiser 2: REQUANT ``R * P + 6``,
+    every other vector operation 5 cycles fewer than above.
 
     Each stalled read adds a cycle. Reads of ``a`` and ``b`` in the same bank in the
     same cycle make ``b`` stall, so a MATMUL or VADD whose two operands are always in

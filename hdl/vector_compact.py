@@ -8,17 +8,17 @@ every flip-flop takes one of the 5,280 logic cells the whole tile must fit in. T
 unit does the same operations, bit for bit, through the same ports and contract, in
 the stages such a clock needs:
 
-* cycle 1: the word's operands (VADD's ``x - ZP``), VPOOL's merge, VCLAMP's result,
-  and VCMP's and VARGMAX's lane tree and its merge with the best so far, worked out
-  from the word as it is presented and registered (the deep unit's stages 0 to 2 and
-  its lane tree);
-* cycles 2 and 3: the lane multipliers, their operands and their products in the
-  DSP blocks' own registers (a REQUANT row goes to them as it comes, as in the deep
-  unit; VCMP's comparison and VARGMAX's test are cycle 2);
-* cycle 4: the products' sum; 5: the shift and the sticky bit; 6: rounding, zero
-  point and clamp; 7: the output register.
+* cycle 1: VPOOL's merge, VCLAMP's result, and VCMP's and VARGMAX's lane tree and
+  its merge with the best so far, worked out from the word as it is presented and
+  registered (the deep unit's stages 0 to 2 and its lane tree); the operands of a
+  scaled word (VADD's ``x - ZP``) go straight into the lane multipliers' operand
+  registers, the DSP blocks' own, as a REQUANT row does;
+* cycle 2: the products, in the DSP blocks' output registers (VCMP's comparison and
+  VARGMAX's test, beside them);
+* cycle 3: the products' sum; 4: the shift and the sticky bit; 5: rounding, zero
+  point and clamp; 6: the output register.
 
-``LATENCY`` is therefore 7 and ``REQUANT_LATENCY`` 5 (:mod:`fusetile.kernels.config`),
+``LATENCY`` is therefore 6 and ``REQUANT_LATENCY`` 5 (:mod:`fusetile.kernels.config`),
 ``vector_passes - 1`` more with fewer lane multipliers than lanes, and the golden
 model's cycles follow the configuration. Every stage past the first carries only what
 the later stages read: the scaling registers go along as far as each is needed, the
@@ -79,13 +79,13 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
 
 class CompactVectorAlu(VectorAlu):
     """:class:`~fusetile.hdl.vector.VectorAlu` built for area: the same operations,
-    ports and contract, in ``LATENCY`` = 7 cycles for a word and ``REQUANT_LATENCY``
+    ports and contract, in ``LATENCY`` = 6 cycles for a word and ``REQUANT_LATENCY``
     = 5 for a row (``vector_passes - 1`` more each with fewer lane multipliers than
     lanes: :attr:`latency`, :attr:`requant_latency`).
 
     ``requant`` is read registered in the cycle a word's or a row's operands go to
     the lane multipliers: it must be high in the cycle before a row is presented and
-    low in the cycle a scaled word is presented (``REQUANT_HIGH``, ``REQUANT_LOW``;
+    low in the cycle before a scaled word is (``REQUANT_HIGH``, ``REQUANT_LOW``;
     with more than one pass, for each pass: the compute unit holds it for a whole
     command). ``busy`` is high from the cycle after a word or a row is
     presented until the cycle before its result is out.
@@ -100,7 +100,7 @@ class CompactVectorAlu(VectorAlu):
     LATENCY = tile_config.COMPACT_VECTOR_LATENCY
     REQUANT_LATENCY = tile_config.COMPACT_REQUANT_LATENCY
     REQUANT_HIGH = (-1,)
-    REQUANT_LOW = (0,)
+    REQUANT_LOW = (-1,)
 
     def elaborate(self, platform):
         lanes = self._config.word_bytes
@@ -156,23 +156,29 @@ class CompactVectorAlu(VectorAlu):
                          for j in range(lanes)]
 
         # The scaled words' operands, (a - ZP_A, b - ZP_B) for VADD and (sum, 0) for an
-        # average VPOOL's last word, and the registers that scale them, loaded with the
-        # word; with more than one pass they stay for its passes, the operands shifting
-        # down a group per cycle.
-        opa = Signal(data.ArrayLayout(signed(16), lanes), name="opa", reset_less=True)
-        opb = Signal(data.ArrayLayout(signed(9), lanes), name="opb", reset_less=True)
-        scale = Signal(VectorRegs, name="scale", reset_less=True)
-        with m.If(scaled_in):
-            m.d.sync += scale.eq(regs)
-            with m.If(is_vpool):
-                m.d.sync += [opa[j].eq(pooled[j]) for j in range(lanes)]
-                m.d.sync += opb.eq(0)
-            with m.Else():
-                m.d.sync += [opa[j].eq(a[j] - regs.zp_a) for j in range(lanes)]
-                m.d.sync += [opb[j].eq(pay.b[j] - regs.zp_b) for j in range(lanes)]
+        # average VPOOL's last word, and the registers that scale them, go to the lane
+        # multipliers as the word comes; with more than one pass they stay for its
+        # passes, the operands shifting down a group per cycle.
+        opa = Signal(data.ArrayLayout(signed(16), lanes), name="opa")
+        opb = Signal(data.ArrayLayout(signed(9), lanes), name="opb")
+        scale = Signal(VectorRegs, name="scale")
         if tail:
+            # What the word's later passes take: its operands' other groups and its
+            # registers.
+            rest = [Signal(value.shape(), name=f"{name}_rest", reset_less=True)
+                    for value, name in ((opa, "opa"), (opb, "opb"), (scale, "scale"))]
+            m.d.sync += [r.eq(value) for r, value in zip(rest, (opa, opb, scale))]
+            m.d.comb += [opa.eq(_next_group(rest[0], group)),
+                         opb.eq(_next_group(rest[1], group)),
+                         scale.eq(rest[2])]
+        with m.If(scaled_in):
+            m.d.comb += scale.eq(regs)
+            with m.If(is_vpool):
+                m.d.comb += [opa[j].eq(pooled[j]) for j in range(lanes)]
+                m.d.comb += opb.eq(0)
             with m.Else():
-                m.d.sync += [opa.eq(_next_group(opa, group)), opb.eq(_next_group(opb, group))]
+                m.d.comb += [opa[j].eq(a[j] - regs.zp_a) for j in range(lanes)]
+                m.d.comb += [opb[j].eq(pay.b[j] - regs.zp_b) for j in range(lanes)]
 
         # VCMP, VARGMAX: lanes above `lane` of the last word are ignored, and all
         # lanes but `lane` for the operations that look at that lane alone (VCMP
@@ -228,7 +234,7 @@ class CompactVectorAlu(VectorAlu):
                 with m.Case(CmpOp.EQ):
                     m.d.sync += flag.eq(cmp_max == s1_imm)
 
-        # -- cycles 2 to 6 (a row's 1 to 5): the scaling ---------------------------------
+        # -- cycles 1 to 5: the scaling ----------------------------------------------------
         # (opa * MULT_A + opb * MULT_B) of a word, or acc * mult of a row as it comes
         # (its accumulators and `mult` are the MAC array's and the compute unit's
         # registers), on the same multipliers: `requant` registered chooses. A row
@@ -275,7 +281,7 @@ class CompactVectorAlu(VectorAlu):
             self.rq_o.payload.saturated.eq(Cat(*saturated)),
         ]
 
-        # -- cycle 7: the output register --------------------------------------------
+        # -- cycle 6: the output register --------------------------------------------
         # In the cycle before it (with more than one pass, the cycle of a scaled word's
         # last group) the unscaled word and the reductions' results have waited for
         # the scaled ones; pairs leave the upper half of the lanes 0.

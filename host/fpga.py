@@ -90,18 +90,19 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
                         "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
                         "*.tile.spad/t:$memrd_v2 *.tile.gmem/t:$memrd_v2"]
-_SCRIPT_AFTER_READ = "\n".join([*UNDEFINED_COLLISIONS, *KEEP_COPIES])
 _SYNTH_OPTIONS = {
     "ecp5": {
-        "script_after_read": _SCRIPT_AFTER_READ,
+        "script_after_read": "\n".join([*UNDEFINED_COLLISIONS, *KEEP_COPIES]),
         "synth_opts": "-run begin:map_luts",
         "script_after_synth": "\n".join([
             *ECP5_LUT_MAPPING,
             "synth_ecp5 -top fusetile -run map_cells:",
         ]),
     },
-    # The UP5K's eight SB_MAC16 take multipliers only when asked.
-    "ice40": {"script_after_read": _SCRIPT_AFTER_READ, "synth_opts": "-dsp"},
+    # The UP5K's eight SB_MAC16 take multipliers only when asked. Its clock is slow
+    # enough for one register to feed far-apart logic, and every flip-flop takes a
+    # logic cell of 5,280: Yosys merges the copies (`hdl/copies.py`) as it likes.
+    "ice40": {"script_after_read": "\n".join(UNDEFINED_COLLISIONS), "synth_opts": "-dsp"},
 }
 
 

@@ -28,7 +28,7 @@ VECTOR_LATENCY = 11
 REQUANT_LATENCY = 7
 #: The same two for the vector unit built for area (:attr:`TileConfig.compact`:
 #: hdl/vector_compact.py), whose pipeline has only the registers a low clock needs.
-COMPACT_VECTOR_LATENCY = 7
+COMPACT_VECTOR_LATENCY = 6
 COMPACT_REQUANT_LATENCY = 5
 
 

@@ -64,8 +64,8 @@ P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 12``, a
 average VPOOL ``(n - 1) * max(window, P) + window + 11 + P``, the other vector
 operations ``P - 1`` more than above. (The latencies are
 :mod:`fusetile.kernels.config`'s, which the gateware is built to.) A tile built for
-area (``TileConfig.compact``) has a vector unit 4 cycles shorter and a requantiser 2
-cycles shorter: REQUANT ``R * P + 5``, the vector operations 4 fewer than above.
+area (``TileConfig.compact``) has a vector unit 5 cycles shorter and a requantiser 2
+cycles shorter: REQUANT ``R * P + 5``, the vector operations 5 fewer than above.
 
 MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the

@@ -41,7 +41,6 @@ _FLOWS = {
     ],
     "ice40": [
         *UNDEFINED_COLLISIONS,
-        *KEEP_COPIES,
         "synth_ice40 -dsp -noflatten -top fusetile -run begin:map_luts",
         *ICE40_LUT_MAPPING,
         "synth_ice40 -dsp -noflatten -top fusetile -run map_cells:",

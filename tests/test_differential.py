@@ -24,6 +24,7 @@ with a flag test guarding a region hits and misses.
 """
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -100,18 +101,22 @@ def test_model_matches_rtl_in_passes(seed):
             check(model, rtl, random_program(seed * 10 + k, PASSES))
 
 
+#: SMALL with its units built for area, as the iCEBreaker's are.
+COMPACT = replace(SMALL, compact=True)
+
+
 @pytest.mark.parametrize("seed", [21, 22, 23])
 def test_model_matches_rtl_with_the_small_boards_memories(seed):
     """The tile as the iCEBreaker builds it: the instruction stores read through the
     control unit's port only when it fetches (every way into a fetch must ask for
-    the read), GMEM behind one port and the trace FIFO written a quarter of a record
-    per cycle (the traces compared too)."""
-    top = CheckedTile(SMALL, gmem_ports="single", store_ports="shared", trace_width=64)
-    with open_transport("model", config=SMALL) as model, \
-            open_transport("amaranth", config=SMALL, top=top) as rtl:
+    the read), GMEM behind one port, the trace FIFO written a quarter of a record
+    per cycle (the traces compared too) and the units built for area."""
+    top = CheckedTile(COMPACT, gmem_ports="single", store_ports="shared", trace_width=64)
+    with open_transport("model", config=COMPACT) as model, \
+            open_transport("amaranth", config=COMPACT, top=top) as rtl:
         model, rtl = Device(model), Device(rtl)
         for k in range(3):
-            check(model, rtl, random_program(seed * 10 + k, SMALL))
+            check(model, rtl, random_program(seed * 10 + k, COMPACT))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
