@@ -137,6 +137,20 @@ def _shift_reg(m, name, length, data_in, clear):
     return reg, reg[-1]
 
 
+def _result_pipe(m, name, alu, steps, scaled, clear):
+    """The ``steps`` whose results the vector unit ``alu`` has in flight: a shift
+    register of its latency; returns (register, last bit). A unit whose unscaled
+    results come sooner (``alu.unscaled_latency``: the compact build) gets one of that
+    length beside it for them; ``scaled`` says which the command's are (one command
+    runs at a time, so the two never have bits at once)."""
+    if alu.unscaled_latency == alu.latency:
+        return _shift_reg(m, name, alu.latency, steps, clear)
+    slow, slow_out = _shift_reg(m, name, alu.latency, steps & scaled, clear)
+    fast, fast_out = _shift_reg(m, f"{name}_unscaled", alu.unscaled_latency,
+                                steps & ~scaled, clear)
+    return Cat(slow, fast), slow_out | fast_out
+
+
 class ComputeUnit(wiring.Component):
     """Executes MATMUL, ACC_BIAS, REQUANT, VADD, VPOOL, VCLAMP, VCMP, VARGMAX and VCFG.
 
@@ -176,8 +190,10 @@ class ComputeUnit(wiring.Component):
     11 + P``, the others ``P - 1`` more than above. (The MAC array's and the vector
     unit's latencies are :mod:`fusetile.kernels.config`'s.) Built for area
     (``config.compact``: :class:`~fusetile.hdl.vector_compact.CompactVectorAlu`) the
-    vector unit is 5 cycles shorter and the requantiser 2: REQUANT ``R * P + 6``,
-    every other vector operation 5 cycles fewer than above.
+    vector unit's scaled results come 5 cycles sooner and the requantiser's 2, and
+    its unscaled ones do not wait for the scaling: REQUANT ``R * P + 6``, VADD and an
+    average VPOOL 5 cycles fewer than above, VCLAMP ``n + 5``, a maximum VPOOL ``n *
+    window + 5``, VCMP and VARGMAX words read ``+ 5``, whatever P.
 
     Each stalled read adds a cycle. Reads of ``a`` and ``b`` in the same bank in the
     same cycle make ``b`` stall, so a MATMUL or VADD whose two operands are always in
@@ -693,9 +709,12 @@ class ComputeUnit(wiring.Component):
             alu_in.hi.eq(vclamp.hi),
             alu.regs.eq(regs),
         ]
-        alu_pipe, alu_out = _shift_reg(m, "alu_pipe", alu.latency,
-                                       d_step.valid & vector & (writes_word | d_step.last),
-                                       squash)
+        # A compact vector unit's unscaled results come sooner than its scaled ones:
+        # which the command's are.
+        scaled = is_op[MicroOp.VADD] | (is_op[MicroOp.VPOOL] & vpool.average)
+        alu_pipe, alu_out = _result_pipe(m, "alu_pipe", alu,
+                                         d_step.valid & vector & (writes_word | d_step.last),
+                                         scaled, squash)
         # The steps whose result is a word to write (VADD's and VCLAMP's every step,
         # VPOOL's last of a window), in a pipe of their own beside `alu_pipe`. The ALU's
         # and the requantiser's `valid` come in the same cycles as these pipes' bits
@@ -705,10 +724,10 @@ class ComputeUnit(wiring.Component):
         # scratchpad's arbitration into the DMA engine's decisions
         # (`scripts/timing_paths.py --deepest`, docs/fpga-timing.md step 46); it has
         # four. One command runs at a time, so only its own pipe has bits.
-        _, word_out = _shift_reg(m, "word_pipe", alu.latency,
-                                 d_step.valid & (writes_word |
-                                                 (is_op[MicroOp.VPOOL] & d_step.last)),
-                                 squash)
+        _, word_out = _result_pipe(m, "word_pipe", alu,
+                                   d_step.valid & (writes_word |
+                                                   (is_op[MicroOp.VPOOL] & d_step.last)),
+                                   scaled, squash)
 
         # -- write stage ----------------------------------------------------------------
         result = Signal()       # a result word is due this cycle

@@ -591,6 +591,13 @@ class VectorAlu(wiring.Component):
         return self._config.vector_latency
 
     @property
+    def unscaled_latency(self):
+        """Cycles from the word completing an unscaled result (VCLAMP, a maximum VPOOL,
+        VCMP, VARGMAX) to the result: :attr:`latency` here, fewer in the compact
+        build."""
+        return self._config.unscaled_latency
+
+    @property
     def requant_latency(self):
         """Cycles from a row on ``rq`` to its result on ``rq_o``."""
         return self._config.requant_latency

@@ -19,10 +19,12 @@ the stages such a clock needs:
   point and clamp; 6: the output register.
 
 ``LATENCY`` is therefore 6 and ``REQUANT_LATENCY`` 5 (:mod:`fusetile.kernels.config`),
-``vector_passes - 1`` more with fewer lane multipliers than lanes, and the golden
-model's cycles follow the configuration. Every stage past the first carries only what
-the later stages read: the scaling registers go along as far as each is needed, the
-unscaled result word and the reductions' results wait for the output stage.
+``vector_passes - 1`` more with fewer lane multipliers than lanes. The results that
+are not scaled (VCLAMP's, a maximum VPOOL's, VCMP's and VARGMAX's) do not wait for
+the scaling: they go to the output register from cycle 2, ``UNSCALED_LATENCY`` = 3
+cycles after their last word, whatever the passes. The golden model's cycles follow
+the configuration. Every stage past the first carries only what the later stages
+read: the scaling registers go along as far as each is needed.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -78,10 +80,13 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
 
 
 class CompactVectorAlu(VectorAlu):
-    """:class:`~fusetile.hdl.vector.VectorAlu` built for area: the same operations,
-    ports and contract, in ``LATENCY`` = 6 cycles for a word and ``REQUANT_LATENCY``
-    = 5 for a row (``vector_passes - 1`` more each with fewer lane multipliers than
-    lanes: :attr:`latency`, :attr:`requant_latency`).
+    """:class:`~fusetile.hdl.vector.VectorAlu` built for area: the same operations and
+    ports, in ``LATENCY`` = 6 cycles for a scaled word (VADD, an average VPOOL's
+    last), ``UNSCALED_LATENCY`` = 3 for the others' results and ``REQUANT_LATENCY`` =
+    5 for a row (the first and the last ``vector_passes - 1`` more each with fewer
+    lane multipliers than lanes: :attr:`latency`, :attr:`unscaled_latency`,
+    :attr:`requant_latency`). A scaled and an unscaled result must not be due in one
+    cycle (the compute unit runs one command at a time).
 
     ``requant`` is read registered in the cycle a word's or a row's operands go to
     the lane multipliers: it must be high in the cycle before a row is presented and
@@ -98,6 +103,7 @@ class CompactVectorAlu(VectorAlu):
     """
 
     LATENCY = tile_config.COMPACT_VECTOR_LATENCY
+    UNSCALED_LATENCY = tile_config.COMPACT_UNSCALED_LATENCY
     REQUANT_LATENCY = tile_config.COMPACT_REQUANT_LATENCY
     REQUANT_HIGH = (-1,)
     REQUANT_LOW = (-1,)
@@ -120,8 +126,11 @@ class CompactVectorAlu(VectorAlu):
         scaled_op = (op == VectorOp.VADD) | (is_vpool & pay.average)
         scaled_in = valid & ((op == VectorOp.VADD) | (is_vpool & pay.average & pay.last))
         reduction = is_vpool | is_vcmp | is_vargmax
-        # A word that gives a result (VADD, VCLAMP, a reduction's last).
-        s1_valid = _register(m, valid & (~reduction | pay.last), "s1_valid", reset_less=False)
+        # A word that gives a result (VADD, VCLAMP, a reduction's last), scaled or not.
+        gives = valid & (~reduction | pay.last)
+        s1_scaled_valid = _register(m, gives & scaled_op, "s1_scaled_valid", reset_less=False)
+        s1_unscaled_valid = _register(m, gives & ~scaled_op, "s1_unscaled_valid",
+                                      reset_less=False)
 
         # VPOOL: one accumulator per output lane, the sum of (x - ZP_A) or the maximum.
         # A lane takes a pair (its lanes 2j and 2j + 1) or its own lane.
@@ -213,7 +222,6 @@ class CompactVectorAlu(VectorAlu):
             ]
         s1_op = _register(m, op, "s1_op")
         s1_pairs = _register(m, pay.pairs, "s1_pairs")
-        s1_scaled = _register(m, scaled_op, "s1_scaled")
         s1_vargmax = _register(m, is_vargmax, "s1_vargmax")
         s1_cmp = _register(m, pay.cmp, "s1_cmp")
         s1_imm = _register(m, pay.imm, "s1_imm")
@@ -282,19 +290,25 @@ class CompactVectorAlu(VectorAlu):
         ]
 
         # -- cycle 6: the output register --------------------------------------------
-        # In the cycle before it (with more than one pass, the cycle of a scaled word's
-        # last group) the unscaled word and the reductions' results have waited for
-        # the scaled ones; pairs leave the upper half of the lanes 0.
+        # A scaled word's result is there in the cycle before it (with more than one
+        # pass, in its last group's cycle), the others' from cycle 2 (UNSCALED_LATENCY
+        # = 3): they do not wait for the scaling. The two are never due in one cycle
+        # (the compute unit runs one command at a time; a stream that mixes them must
+        # keep them apart). Pairs leave the upper half of the lanes 0.
         at_result = self.latency - 2            # cycles from cycle 1
-        valids = [s1_valid]                     # valids[k]: cycle 1 + k
+        scaled_valids = [s1_scaled_valid]       # scaled_valids[k]: cycle 1 + k
         for k in range(1, at_result + 1):
-            valids.append(_register(m, valids[-1], f"s{k + 1}_valid", reset_less=False))
-        res_op = _delay(m, s1_op, at_result, "op")
-        res_scaled = _delay(m, s1_scaled, at_result, "scaled")
-        res_pairs = _delay(m, s1_pairs, at_result, "pairs")
-        res_word = _delay(m, word, at_result, "word")
-        res_index = _delay(m, best_index, at_result, "index")
-        res_flag = _delay(m, flag, at_result - 1, "flag")
+            scaled_valids.append(_register(m, scaled_valids[-1], f"s{k + 1}_scaled_valid",
+                                           reset_less=False))
+        res_scaled = scaled_valids[at_result]
+        unscaled_valid = _register(m, s1_unscaled_valid, "s2_unscaled_valid",
+                                   reset_less=False)
+        res_op = _wire(m, Mux(res_scaled, _delay(m, s1_op, at_result, "scaled_op"),
+                              _register(m, s1_op, "s2_op")), "res_op")
+        res_pairs = _wire(m, Mux(res_scaled, _delay(m, s1_pairs, at_result, "scaled_pairs"),
+                                 _register(m, s1_pairs, "s2_pairs")), "res_pairs")
+        res_word = _register(m, word, "s2_word")
+        res_index = _register(m, best_index, "s2_index")
         res_upper = _wire(m, (res_op == VectorOp.VPOOL) & res_pairs, "res_upper")
 
         out = self.o.payload
@@ -304,18 +318,19 @@ class CompactVectorAlu(VectorAlu):
             m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(res_scaled, scaled[j], res_word[j])))
             out_sat.append(~zero & res_scaled & saturated[j])
         m.d.sync += [
-            self.o.valid.eq(valids[at_result]),
+            self.o.valid.eq(res_scaled | unscaled_valid),
             out.op.eq(res_op),
             out.saturated.eq(Cat(*out_sat)),
             out.sat_count.eq(sum(out_sat)),
-            out.flag.eq(((res_op == VectorOp.VCMP) | (res_op == VectorOp.VARGMAX)) & res_flag),
+            out.flag.eq(((res_op == VectorOp.VCMP) | (res_op == VectorOp.VARGMAX)) & flag),
             out.index.eq(Mux(res_op == VectorOp.VARGMAX, res_index, 0)),
         ]
 
         # A word that gives no result (a reduction's but the last) is in flight for a
         # cycle: its merge.
         in_flight = _register(m, valid & reduction & ~pay.last, "merging", reset_less=False)
-        m.d.comb += self.busy.eq(Cat(in_flight, *valids, *row_valids[:-1]).any())
+        m.d.comb += self.busy.eq(Cat(in_flight, *scaled_valids, s1_unscaled_valid,
+                                     unscaled_valid, *row_valids[:-1]).any())
         return m
 
 

@@ -12,7 +12,7 @@ import json
 
 
 __all__ = ["TileConfig", "MAC_LATENCY", "VECTOR_LATENCY", "REQUANT_LATENCY",
-           "COMPACT_VECTOR_LATENCY", "COMPACT_REQUANT_LATENCY"]
+           "COMPACT_VECTOR_LATENCY", "COMPACT_REQUANT_LATENCY", "COMPACT_UNSCALED_LATENCY"]
 
 
 # The units' pipeline depths, which the gateware is built to (hdl/mac_array.py,
@@ -30,6 +30,9 @@ REQUANT_LATENCY = 7
 #: hdl/vector_compact.py), whose pipeline has only the registers a low clock needs.
 COMPACT_VECTOR_LATENCY = 6
 COMPACT_REQUANT_LATENCY = 5
+#: Cycles from the word completing an unscaled result (VCLAMP, a maximum VPOOL, VCMP,
+#: VARGMAX) to the result, in that unit: it does not wait for the scaled path's.
+COMPACT_UNSCALED_LATENCY = 3
 
 
 def _is_pow2(n):
@@ -87,7 +90,8 @@ class TileConfig:
     compact : bool
         Whether the units are built for area rather than for a fast clock: pipelines
         with only the registers a small FPGA's low clock needs, with cycle counts of
-        their own (:attr:`vector_latency`, :attr:`requant_latency`), which the golden
+        their own (:attr:`vector_latency`, :attr:`unscaled_latency`,
+        :attr:`requant_latency`), which the golden
         model follows. So far the vector unit has such a build
         (:class:`fusetile.hdl.vector_compact.CompactVectorAlu`); the small boards'
         choice.
@@ -199,6 +203,13 @@ class TileConfig:
         after its first."""
         base = COMPACT_VECTOR_LATENCY if self.compact else VECTOR_LATENCY
         return base + self.vector_passes - 1
+
+    @property
+    def unscaled_latency(self):
+        """Cycles from the vector unit taking the word that completes an unscaled
+        result (VCLAMP, a maximum VPOOL, VCMP, VARGMAX) to the result: as a scaled
+        one's (:attr:`vector_latency`), or sooner on a :attr:`compact` tile."""
+        return COMPACT_UNSCALED_LATENCY if self.compact else self.vector_latency
 
     @property
     def requant_latency(self):

@@ -64,8 +64,10 @@ P - 1 cycles later, as in the RTL: REQUANT ``R * P + 7``, VADD ``n * P + 12``, a
 average VPOOL ``(n - 1) * max(window, P) + window + 11 + P``, the other vector
 operations ``P - 1`` more than above. (The latencies are
 :mod:`fusetile.kernels.config`'s, which the gateware is built to.) A tile built for
-area (``TileConfig.compact``) has a vector unit 5 cycles shorter and a requantiser 2
-cycles shorter: REQUANT ``R * P + 5``, the vector operations 5 fewer than above.
+area (``TileConfig.compact``) has a vector unit 5 cycles shorter for its scaled
+results and a requantiser 2 cycles shorter, and its unscaled results come in 3
+cycles whatever P: REQUANT ``R * P + 5``, VADD and an average VPOOL 5 fewer than
+above, VCLAMP, a maximum VPOOL, VCMP and VARGMAX ``n + 4`` (words read + 4).
 
 MATMUL adds ``k * R * C`` to the ``macs`` counter; every lane a requantisation clamps
 (REQUANT, VADD, average VPOOL) adds one to ``saturations`` (both are model counters the
@@ -1249,6 +1251,7 @@ class TileModel:
         R, C, wb = cfg.rows, cfg.cols, self.wb
         P = cfg.vector_passes
         vector_end = cfg.vector_latency + 1     # from the last word read to the unit idle
+        unscaled_end = cfg.unscaled_latency + 1    # the same, for an unscaled result
 
         if op == MicroOp.MATMUL:
             k = f["k"]
@@ -1325,7 +1328,7 @@ class TileModel:
             self._saturated(sats)
             if f["average"]:
                 return (n - 1) * max(window, P) + window + vector_end, "vec_busy", None
-            return n * window + vector_end, "vec_busy", None
+            return n * window + unscaled_end, "vec_busy", None
 
         if op == MicroOp.VCLAMP:
             n = f["n"]
@@ -1335,7 +1338,7 @@ class TileModel:
             out = arith.vclamp(self._read_lanes(self._words(f["in_addr"] + w)),
                                _int8(f["lo"]), _int8(f["hi"]))
             self._write_lanes(self._words(f["out_addr"] + w), out)
-            return n + vector_end, "vec_busy", None
+            return n + unscaled_end, "vec_busy", None
 
         if op == MicroOp.VCMP:
             lane = f["lane"]
@@ -1348,7 +1351,7 @@ class TileModel:
             else:
                 value = int(lanes[lane % wb])
             flag = int(arith.vcmp(value, CmpOp(f["op"]), _int8(f["imm"])))
-            return nwords + vector_end, "vec_busy", (f["flag"], flag)
+            return nwords + unscaled_end, "vec_busy", (f["flag"], flag)
 
         if op == MicroOp.VARGMAX:
             n = f["n"]
@@ -1363,7 +1366,7 @@ class TileModel:
             # cycle, which is when the RTL writes the index register too).
             flag = (f["flag"], int(arith.vargmax_test(result, f["expect"]))) \
                 if f["test"] else None
-            return nwords + vector_end, "vec_busy", flag
+            return nwords + unscaled_end, "vec_busy", flag
 
         if op == MicroOp.VCFG:
             reg = VectorCfg(f["reg"])

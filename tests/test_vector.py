@@ -83,6 +83,37 @@ def scaled(item):
                                            item.get("average") and item.get("last"))
 
 
+def result_latency(dut, op, average=False):
+    """Cycles from the word completing a result of ``op`` to the result: a compact
+    unit's unscaled results come sooner than its scaled ones."""
+    if op == VectorOp.VADD or (op == VectorOp.VPOOL and average):
+        return dut.latency
+    return dut.unscaled_latency
+
+
+class Words:
+    """A stream of words for ``dut`` (bubbles are None) with the registers presented
+    with each, and the cycle each result is due. A word whose result would come no
+    later than one before it (an unscaled one after a scaled one, on a compact unit)
+    waits: the unit's results must not meet."""
+
+    def __init__(self, dut):
+        self.dut, self.items, self.regs, self.due = dut, [], [], []
+
+    def bubble(self):
+        self.items.append(None)
+        self.regs.append(None)
+
+    def add(self, item, regs=None):
+        if item["op"] in (VectorOp.VADD, VectorOp.VCLAMP) or item.get("last"):
+            latency = result_latency(self.dut, item["op"], item.get("average"))
+            while self.due and len(self.items) + latency <= self.due[-1]:
+                self.bubble()
+            self.due.append(len(self.items) + latency)
+        self.items.append(item)
+        self.regs.append(regs)
+
+
 # --- REQUANT ------------------------------------------------------------------------
 
 def test_args_checked():
@@ -382,27 +413,23 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
     lanes = config.word_bytes
     dut = vector_alu(config)
     rng = random.Random(seed)
-    items, regs, results = [], [], []
-    last_index = []
+    words, results = Words(dut), []
     last_scaled = -config.vector_passes
     for _ in range(count):
         op_items, result, op_regs = rng.choice(ops)(rng, lanes, random_regs(rng))
         for it in op_items:
             while rng.random() < bubble_rate or \
-                    (scaled(it) and len(items) - last_scaled < config.vector_passes):
-                items.append(None)
-                regs.append(None)
+                    (scaled(it) and len(words.items) - last_scaled < config.vector_passes):
+                words.bubble()
+            words.add(it, op_regs)
             if scaled(it):
-                last_scaled = len(items)
-            items.append(it)
-            regs.append(op_regs)
-        last_index.append(len(items) - 1)
+                last_scaled = len(words.items) - 1
         results.append(result)
 
     async def bench(ctx):
-        outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
+        outputs = await stream(ctx, dut, words.items, collect_alu(lanes), regs=words.regs)
         assert dut.latency == type(dut).LATENCY + config.vector_passes - 1
-        assert [c for c, _ in outputs] == [i + dut.latency for i in last_index]
+        assert [c for c, _ in outputs] == words.due
         for want, (_, got) in zip(results, outputs):
             assert got == want
 
@@ -495,7 +522,7 @@ def test_alu_reduction_with_interleaved_words(compact):
     dut = vector_alu(config)
     rng = random.Random(3)
     r = random_regs(rng)
-    items, last_index, results = [], [], []
+    words, results = Words(dut), []
     for _ in range(60):
         red_items, red_result, _ = rng.choice([op_vpool, op_vcmp, op_vargmax,
                                                op_vargmax_column])(rng, lanes, r)
@@ -504,21 +531,18 @@ def test_alu_reduction_with_interleaved_words(compact):
                 if rng.random() < 0.5:
                     extra = rng.choice([op_vadd, op_vclamp])
                     [extra_item], extra_result, _ = extra(rng, lanes, r)
-                    items.append(extra_item)
-                    last_index.append(len(items) - 1)
+                    words.add(extra_item, r)
                     # op_vadd may pick its own registers (for ties): recompute with r.
                     results.append(vadd_result(lanes, extra_item, r)
                                    if extra is op_vadd else extra_result)
                 else:
-                    items.append(None)
-            items.append(it)
-        last_index.append(len(items) - 1)
+                    words.bubble()
+            words.add(it, r)
         results.append(red_result)
 
     async def bench(ctx):
-        regs = [r] * len(items)
-        outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
-        assert [c for c, _ in outputs] == [i + dut.latency for i in last_index]
+        outputs = await stream(ctx, dut, words.items, collect_alu(lanes), regs=words.regs)
+        assert [c for c, _ in outputs] == words.due
         assert [got for _, got in outputs] == results
 
     run(dut, bench)
@@ -577,7 +601,7 @@ def test_alu_vargmax_column_directed(word_bytes, compact):
 
     async def bench(ctx):
         outputs = await stream(ctx, dut, items, collect_alu(W))
-        assert [c for c, _ in outputs] == [i + dut.latency for i in last]
+        assert [c for c, _ in outputs] == [i + dut.unscaled_latency for i in last]
         assert [got for _, got in outputs] == results
 
     run(dut, bench)
@@ -596,6 +620,7 @@ def test_rows_and_words_share_the_multipliers(compact):
     need = {}                           # cycle -> the `requant` it must have
     rows, words = {}, {}                # cycle -> (payload, expected[, regs])
     cursor = {"row": 1, "word": 1}
+    due = set()                         # the cycles the words' results come in
     at = 1
     for _ in range(60):
         kind = rng.choice(["row", "word"])
@@ -607,8 +632,12 @@ def test_rows_and_words_share_the_multipliers(compact):
             [payload], want, regs = make(rng, lanes, random_regs(rng))
             mode = (dut.REQUANT_LOW, 0) if payload["op"] == VectorOp.VADD else None
         at = max(at, cursor[kind])
-        while mode is not None and any(need.get(at + k, mode[1]) != mode[1] for k in mode[0]):
+        while (mode is not None and any(need.get(at + k, mode[1]) != mode[1]
+                                        for k in mode[0])) or \
+                (kind == "word" and at + result_latency(dut, payload["op"]) in due):
             at += 1
+        if kind == "word":
+            due.add(at + result_latency(dut, payload["op"]))
         if mode is not None:
             need.update((at + k, mode[1]) for k in mode[0])
         (rows if kind == "row" else words)[at] = (payload, want, regs)
@@ -634,7 +663,8 @@ def test_rows_and_words_share_the_multipliers(compact):
                 got_rows[cycle - dut.requant_latency] = \
                     collect_requant(lanes)(ctx.get(dut.rq_o.payload))
             if ctx.get(dut.o.valid):
-                got_words[cycle - dut.latency] = collect_alu(lanes)(ctx.get(dut.o.payload))
+                got = collect_alu(lanes)(ctx.get(dut.o.payload))
+                got_words[cycle - result_latency(dut, got[0])] = got
             await ctx.tick()
         assert got_rows == {c: want for c, (_, want, _) in rows.items()}
         assert got_words == {c: want for c, (_, want, _) in words.items()}
@@ -656,12 +686,12 @@ def test_alu_busy(compact):
         await ctx.tick()
         ctx.set(dut.i.valid, 0)
         busy = []
-        for _ in range(dut.latency + 1):
+        for _ in range(dut.unscaled_latency + 1):
             busy.append((ctx.get(dut.busy), ctx.get(dut.o.valid)))
             await ctx.tick()
-        # The result of the word presented in cycle 1 is out in cycle 1 + LATENCY;
-        # busy covers every cycle before it.
-        assert busy == [(1, 0)] * (dut.latency - 1) + [(0, 1), (0, 0)]
+        # The result of the word presented in cycle 1 is out in cycle 1 +
+        # UNSCALED_LATENCY (LATENCY, deep); busy covers every cycle before it.
+        assert busy == [(1, 0)] * (dut.unscaled_latency - 1) + [(0, 1), (0, 0)]
 
     run(dut, bench)
 
