@@ -435,6 +435,118 @@ def _argmax(m, values, stages, name):
     return value, index, cycles
 
 
+def _argmax_merge(m, take_word, first, column, word_max, word_arg, lanes):
+    """VARGMAX's merge of a word into the best so far, in the cycles ``take_word`` is
+    high: the word's candidate (its best lane, or with ``column`` its lane ``lane``:
+    the word's maximum either way, ``word_max`` at lane ``word_arg``) against the
+    best so far; a later word wins only when larger, so the lowest index wins ties.
+    The index is the word number (from ``first``) and lane, or with ``column`` the
+    word number. Returns the register of the best index."""
+    lane_bits = _lane_bits(lanes) if lanes > 1 else 0
+    word_no = Signal(16, name="argmax_word")               # words since `first`
+    best_value = Signal(signed(8), name="argmax_value")
+    best_index = Signal(16, name="argmax_index")
+    this_word = _wire(m, Mux(first, 0, word_no), "argmax_this_word")
+    packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
+    this_index = _wire(m, Mux(column, this_word, packed_index), "argmax_this_index")
+    take = _wire(m, first | (word_max > best_value), "argmax_take")
+    with m.If(take_word):
+        m.d.sync += [
+            word_no.eq(this_word + 1),
+            best_value.eq(Mux(take, word_max, best_value)),
+            best_index.eq(Mux(take, this_index, best_index)),
+        ]
+    return best_index
+
+
+def _flag(m, vargmax, cmp, imm, expect, cmp_max, best_index):
+    """The flag register: VARGMAX's test (``best_index == expect``) when ``vargmax``,
+    else VCMP's comparison ``cmp`` of ``cmp_max`` with ``imm``."""
+    flag = Signal(name="flag")
+    with m.If(vargmax):
+        m.d.sync += flag.eq(best_index == expect)
+    with m.Else():
+        with m.Switch(cmp):
+            with m.Case(CmpOp.GE):
+                m.d.sync += flag.eq(cmp_max >= imm)
+            with m.Case(CmpOp.GT):
+                m.d.sync += flag.eq(cmp_max > imm)
+            with m.Case(CmpOp.LT):
+                m.d.sync += flag.eq(cmp_max < imm)
+            with m.Case(CmpOp.EQ):
+                m.d.sync += flag.eq(cmp_max == imm)
+    return flag
+
+
+def _row_in(m, rq, group, tail):
+    """The REQUANT row the lane multipliers take this cycle, ``row_next`` (the one on
+    ``rq`` as it comes), and its register ``row``: with more than one pass, a row
+    shifts its accumulators down a group per cycle until the next one comes."""
+    row = Signal(rq.payload.shape(), name="row", reset_less=True)
+    row_next = Signal(rq.payload.shape(), name="row_next")
+    m.d.comb += row_next.eq(rq.payload)
+    if tail:
+        with m.If(~rq.valid):
+            m.d.comb += [row_next.eq(row), row_next.acc.eq(_next_group(row.acc, group))]
+    m.d.sync += row.eq(row_next)
+    return row, row_next
+
+
+def _whole_words(m, scaled, saturated, lanes, group, tail):
+    """The scaled lanes and their saturation bits as whole words: with more than one
+    pass, the groups before the last, oldest lowest, registered as they come."""
+    if not tail:
+        return scaled, saturated
+    done = Signal(data.ArrayLayout(signed(8), lanes - group), name="rq_done",
+                  reset_less=True)
+    done_sat = Signal(lanes - group, name="rq_done_sat", reset_less=True)
+    m.d.sync += [
+        done.eq(Cat(done.as_value()[8 * group:], *scaled)),
+        done_sat.eq(Cat(done_sat[group:], *saturated)),
+    ]
+    return ([done[j] for j in range(lanes - group)] + scaled,
+            [done_sat[j] for j in range(lanes - group)] + saturated)
+
+
+def _requant_out(m, rq_o, row_valid, latency, scaled, saturated):
+    """Connect the rows' results: ``row_valid`` (a row's, a cycle after it comes)
+    carried to ``latency``; returns the valid bits of every cycle, the first the
+    given one."""
+    row_valids = [row_valid]                # row_valids[k]: cycle 1 + k
+    for k in range(1, latency):
+        row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid",
+                                    reset_less=False))
+    m.d.comb += [
+        rq_o.valid.eq(row_valids[-1]),
+        rq_o.payload.value.eq(Cat(*scaled)),
+        rq_o.payload.saturated.eq(Cat(*saturated)),
+    ]
+    return row_valids
+
+
+def _output(m, o, valid, op, pairs, is_scaled, scaled, saturated, word, flag, index):
+    """The output register ``o``, from the result stage: ``valid``, ``op``, the scaled
+    lanes (when ``is_scaled``) or the unscaled ``word``, VCMP's or VARGMAX's ``flag``
+    and VARGMAX's ``index``. Pairs (VPOOL) leave the upper half of the lanes 0."""
+    lanes = len(scaled)
+    upper = Signal(name="res_upper")        # the upper lanes are 0 (VPOOL pairs)
+    m.d.comb += upper.eq((op == VectorOp.VPOOL) & pairs)
+    out = o.payload
+    out_sat = []
+    for j in range(lanes):
+        zero = upper if j >= lanes // 2 else Const(0)
+        m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(is_scaled, scaled[j], word[j])))
+        out_sat.append(~zero & is_scaled & saturated[j])
+    m.d.sync += [
+        o.valid.eq(valid),
+        out.op.eq(op),
+        out.saturated.eq(Cat(*out_sat)),
+        out.sat_count.eq(sum(out_sat)),
+        out.flag.eq(((op == VectorOp.VCMP) | (op == VectorOp.VARGMAX)) & flag),
+        out.index.eq(Mux(op == VectorOp.VARGMAX, index, 0)),
+    ]
+
+
 class VectorAlu(wiring.Component):
     """REQUANT over rows of ``word_bytes`` int32 accumulators; VADD, VPOOL, VCLAMP,
     VCMP and VARGMAX over words of ``word_bytes`` int8 lanes.
@@ -681,14 +793,7 @@ class VectorAlu(wiring.Component):
         s1_regs = _register(m, regs, "s1_regs")
         # (The lane multipliers register their operands themselves, from the row's and
         # the word's operand registers, `row` and `opa` ...)
-        row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
-        row_next = Signal(self.rq.payload.shape(), name="row_next")
-        m.d.comb += row_next.eq(self.rq.payload)
-        if tail:
-            # A row shifts its accumulators down a group per cycle until the next row.
-            with m.If(~self.rq.valid):
-                m.d.comb += [row_next.eq(row), row_next.acc.eq(_next_group(row.acc, group))]
-        m.d.sync += row.eq(row_next)
+        row, row_next = _row_in(m, self.rq, group, tail)
         row_valid = _register(m, self.rq.valid, "row_valid", reset_less=False)
 
         # Stage 2: operands and reductions.
@@ -769,24 +874,8 @@ class VectorAlu(wiring.Component):
             m.d.sync += cmp_max.eq(Mux(m_first, word_max,
                                        _max(m, cmp_max, word_max, "cmp_merged_max")))
 
-        # VARGMAX: each word's candidate (its best lane, or with `column` its lane
-        # `lane`: the word's maximum either way) against the best so far; a later word
-        # wins only when larger, so the lowest index wins ties. Index: word number and
-        # lane, or the word number.
-        lane_bits = _lane_bits(lanes) if lanes > 1 else 0
-        word_no = Signal(16, name="argmax_word")               # words since `first`
-        best_value = Signal(signed(8), name="argmax_value")
-        best_index = Signal(16, name="argmax_index")
-        this_word = _wire(m, Mux(m_first, 0, word_no), "argmax_this_word")
-        packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
-        this_index = _wire(m, Mux(m_column, this_word, packed_index), "argmax_this_index")
-        take = _wire(m, m_first | (word_max > best_value), "argmax_take")
-        with m.If(m_vargmax):
-            m.d.sync += [
-                word_no.eq(this_word + 1),
-                best_value.eq(Mux(take, word_max, best_value)),
-                best_index.eq(Mux(take, this_index, best_index)),
-            ]
+        best_index = _argmax_merge(m, m_vargmax, m_first, m_column, word_max, word_arg,
+                                   lanes)
 
         # The stage after the merge: VCMP's comparison and VARGMAX's test, on what the
         # merge left in cmp_max and best_index.
@@ -794,19 +883,7 @@ class VectorAlu(wiring.Component):
         f_cmp = _delay(m, s1.cmp, tree + 1, "f_cmp")
         f_imm = _delay(m, s1.imm, tree + 1, "f_imm")
         f_expect = _delay(m, s1.expect, tree + 1, "f_expect")
-        flag = Signal(name="flag")
-        with m.If(f_vargmax):
-            m.d.sync += flag.eq(best_index == f_expect)
-        with m.Else():
-            with m.Switch(f_cmp):
-                with m.Case(CmpOp.GE):
-                    m.d.sync += flag.eq(cmp_max >= f_imm)
-                with m.Case(CmpOp.GT):
-                    m.d.sync += flag.eq(cmp_max > f_imm)
-                with m.Case(CmpOp.LT):
-                    m.d.sync += flag.eq(cmp_max < f_imm)
-                with m.Case(CmpOp.EQ):
-                    m.d.sync += flag.eq(cmp_max == f_imm)
+        flag = _flag(m, f_vargmax, f_cmp, f_imm, f_expect, cmp_max, best_index)
 
         m.d.sync += word.eq(0)                  # the result word of VCMP, VARGMAX
         with m.Switch(op):
@@ -873,27 +950,10 @@ class VectorAlu(wiring.Component):
                                  (row.zp, s3_regs.zp_out, "zp", _PRODUCT_STAGES - 1),
                                  (row.lo, s3_regs.lo, "lo", _PRODUCT_STAGES - 1),
                                  (row.hi, s3_regs.hi, "hi", _PRODUCT_STAGES - 1)))
-        scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
-        if tail:
-            # The groups before the last, oldest lowest: with the last one, the word.
-            done = Signal(data.ArrayLayout(signed(8), lanes - group), name="rq_done",
-                          reset_less=True)
-            done_sat = Signal(lanes - group, name="rq_done_sat", reset_less=True)
-            m.d.sync += [
-                done.eq(Cat(done.as_value()[8 * group:], *scaled)),
-                done_sat.eq(Cat(done_sat[group:], *saturated)),
-            ]
-            scaled = [done[j] for j in range(lanes - group)] + scaled
-            saturated = [done_sat[j] for j in range(lanes - group)] + saturated
-        row_valids = [row_valid]                # row_valids[k]: stage 1 + k
-        for k in range(1, self.requant_latency):
-            row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid",
-                                        reset_less=False))
-        m.d.comb += [
-            self.rq_o.valid.eq(row_valids[-1]),
-            self.rq_o.payload.value.eq(Cat(*scaled)),
-            self.rq_o.payload.saturated.eq(Cat(*saturated)),
-        ]
+        scaled, saturated = _whole_words(m, *_round_clamp(m, prods, shift, zp, lo, hi, "rq"),
+                                         lanes, group, tail)
+        row_valids = _requant_out(m, self.rq_o, row_valid, self.requant_latency,
+                                  scaled, saturated)
 
         # The result stage (9): what goes into the output register, where pairs leave
         # the upper half of the lanes 0. (With more than one pass, the cycle of a scaled
@@ -909,23 +969,8 @@ class VectorAlu(wiring.Component):
         res_word = _delay(m, word, at_result, "word")
         res_flag = _delay(m, flag, at_result - tree - 1, "flag")           # stage tree + 3
         res_index = _delay(m, best_index, at_result - tree, "index")       # stage tree + 2
-        res_upper = Signal(name="res_upper")    # the upper lanes are 0 (VPOOL pairs)
-        m.d.comb += res_upper.eq((res_op == VectorOp.VPOOL) & res_pairs)
-
-        out = self.o.payload
-        out_sat = []
-        for j in range(lanes):
-            zero = res_upper if j >= half else Const(0)
-            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(res_scaled, scaled[j], res_word[j])))
-            out_sat.append(~zero & res_scaled & saturated[j])
-        m.d.sync += [
-            self.o.valid.eq(res_valid),
-            out.op.eq(res_op),
-            out.saturated.eq(Cat(*out_sat)),
-            out.sat_count.eq(sum(out_sat)),
-            out.flag.eq(((res_op == VectorOp.VCMP) | (res_op == VectorOp.VARGMAX)) & res_flag),
-            out.index.eq(Mux(res_op == VectorOp.VARGMAX, res_index, 0)),
-        ]
+        _output(m, self.o, res_valid, res_op, res_pairs, res_scaled, scaled, saturated,
+                res_word, res_flag, res_index)
 
         # Every accepted word, reductions included, passes stages 0 and 1 and sets
         # `busy`; a VCMP or VARGMAX word goes through the lane tree to its merge;

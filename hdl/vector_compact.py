@@ -31,10 +31,10 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from ..kernels import config as tile_config
-from ..kernels.isa import CmpOp
 from .compare import below
-from .vector import (VectorAlu, VectorOp, VectorRegs, _argmax, _delay, _lane_bits, _max,
-                     _next_group, _product_sum, _register, _wire)
+from .vector import (VectorAlu, VectorOp, VectorRegs, _argmax, _argmax_merge, _delay, _flag,
+                     _max, _next_group, _output, _product_sum, _register, _requant_out,
+                     _row_in, _whole_words, _wire)
 
 
 __all__ = ["CompactVectorAlu", "vector_alu"]
@@ -193,9 +193,7 @@ class CompactVectorAlu(VectorAlu):
         # lanes but `lane` for the operations that look at that lane alone (VCMP
         # without `reduce`, VARGMAX with `column`); masked lanes are -128 and never
         # win. The word's maximum and its lane, from the lane tree as it comes, merge
-        # with the best so far; a later word wins only when larger, so the lowest
-        # index wins ties. VARGMAX's index is the word number and lane, or with
-        # `column` the word number.
+        # with the best so far.
         one_lane = (is_vcmp & ~pay.reduce) | (is_vargmax & pay.column)
         masked = [Mux(Mux(one_lane, j != pay.lane, pay.last & (j > pay.lane)), -128, a[j])
                   for j in range(lanes)]
@@ -206,20 +204,8 @@ class CompactVectorAlu(VectorAlu):
         with m.If(valid & is_vcmp):
             m.d.sync += cmp_max.eq(Mux(pay.first, word_max,
                                        _max(m, cmp_max, word_max, "cmp_merged_max")))
-        lane_bits = _lane_bits(lanes) if lanes > 1 else 0
-        word_no = Signal(16, name="argmax_word")               # words since `first`
-        best_value = Signal(signed(8), name="argmax_value")
-        best_index = Signal(16, name="argmax_index")
-        this_word = _wire(m, Mux(pay.first, 0, word_no), "argmax_this_word")
-        packed_index = Cat(word_arg[:lane_bits], this_word)[:16] if lane_bits else this_word
-        take = _wire(m, pay.first | (word_max > best_value), "argmax_take")
-        with m.If(valid & is_vargmax):
-            m.d.sync += [
-                word_no.eq(this_word + 1),
-                best_value.eq(Mux(take, word_max, best_value)),
-                best_index.eq(Mux(take, Mux(pay.column, this_word, packed_index),
-                                  best_index)),
-            ]
+        best_index = _argmax_merge(m, valid & is_vargmax, pay.first, pay.column, word_max,
+                                   word_arg, lanes)
         s1_op = _register(m, op, "s1_op")
         s1_pairs = _register(m, pay.pairs, "s1_pairs")
         s1_vargmax = _register(m, is_vargmax, "s1_vargmax")
@@ -228,32 +214,13 @@ class CompactVectorAlu(VectorAlu):
         s1_expect = _register(m, pay.expect, "s1_expect")
 
         # -- cycle 2: VCMP's comparison and VARGMAX's test -----------------------------
-        flag = Signal(name="flag")
-        with m.If(s1_vargmax):
-            m.d.sync += flag.eq(best_index == s1_expect)
-        with m.Else():
-            with m.Switch(s1_cmp):
-                with m.Case(CmpOp.GE):
-                    m.d.sync += flag.eq(cmp_max >= s1_imm)
-                with m.Case(CmpOp.GT):
-                    m.d.sync += flag.eq(cmp_max > s1_imm)
-                with m.Case(CmpOp.LT):
-                    m.d.sync += flag.eq(cmp_max < s1_imm)
-                with m.Case(CmpOp.EQ):
-                    m.d.sync += flag.eq(cmp_max == s1_imm)
+        flag = _flag(m, s1_vargmax, s1_cmp, s1_imm, s1_expect, cmp_max, best_index)
 
         # -- cycles 1 to 5: the scaling ----------------------------------------------------
         # (opa * MULT_A + opb * MULT_B) of a word, or acc * mult of a row as it comes
         # (its accumulators and `mult` are the MAC array's and the compute unit's
-        # registers), on the same multipliers: `requant` registered chooses. A row
-        # shifts its accumulators down a group per cycle until the next one.
-        row = Signal(self.rq.payload.shape(), name="row", reset_less=True)
-        row_next = Signal(self.rq.payload.shape(), name="row_next")
-        m.d.comb += row_next.eq(self.rq.payload)
-        if tail:
-            with m.If(~self.rq.valid):
-                m.d.comb += [row_next.eq(row), row_next.acc.eq(_next_group(row.acc, group))]
-        m.d.sync += row.eq(row_next)
+        # registers), on the same multipliers: `requant` registered chooses.
+        _, row_next = _row_in(m, self.rq, group, tail)
         rows = _register(m, self.requant, "rows")
         prods = [_product_sum(m, rows, [(row_next.acc[j], row_next.mult)],
                               [(opa[j], scale.mult_a), (opb[j], scale.mult_b)],
@@ -267,27 +234,11 @@ class CompactVectorAlu(VectorAlu):
                                  (row_next.zp, scale.zp_out, "zp", _PRODUCT_STAGES + 1),
                                  (row_next.lo, scale.lo, "lo", _PRODUCT_STAGES + 1),
                                  (row_next.hi, scale.hi, "hi", _PRODUCT_STAGES + 1)))
-        scaled, saturated = _round_clamp(m, prods, shift, zp, lo, hi, "rq")
-        if tail:
-            # The groups before the last, oldest lowest: with the last one, the word.
-            done = Signal(data.ArrayLayout(signed(8), lanes - group), name="rq_done",
-                          reset_less=True)
-            done_sat = Signal(lanes - group, name="rq_done_sat", reset_less=True)
-            m.d.sync += [
-                done.eq(Cat(done.as_value()[8 * group:], *scaled)),
-                done_sat.eq(Cat(done_sat[group:], *saturated)),
-            ]
-            scaled = [done[j] for j in range(lanes - group)] + scaled
-            saturated = [done_sat[j] for j in range(lanes - group)] + saturated
-        row_valids = [_register(m, self.rq.valid, "row1_valid", reset_less=False)]
-        for k in range(1, self.requant_latency):
-            row_valids.append(_register(m, row_valids[-1], f"row{k + 1}_valid",
-                                        reset_less=False))
-        m.d.comb += [
-            self.rq_o.valid.eq(row_valids[-1]),
-            self.rq_o.payload.value.eq(Cat(*scaled)),
-            self.rq_o.payload.saturated.eq(Cat(*saturated)),
-        ]
+        scaled, saturated = _whole_words(m, *_round_clamp(m, prods, shift, zp, lo, hi, "rq"),
+                                         lanes, group, tail)
+        row_valids = _requant_out(m, self.rq_o,
+                                  _register(m, self.rq.valid, "row1_valid", reset_less=False),
+                                  self.requant_latency, scaled, saturated)
 
         # -- cycle 6: the output register --------------------------------------------
         # A scaled word's result is there in the cycle before it (with more than one
@@ -307,24 +258,9 @@ class CompactVectorAlu(VectorAlu):
                               _register(m, s1_op, "s2_op")), "res_op")
         res_pairs = _wire(m, Mux(res_scaled, _delay(m, s1_pairs, at_result, "scaled_pairs"),
                                  _register(m, s1_pairs, "s2_pairs")), "res_pairs")
-        res_word = _register(m, word, "s2_word")
-        res_index = _register(m, best_index, "s2_index")
-        res_upper = _wire(m, (res_op == VectorOp.VPOOL) & res_pairs, "res_upper")
-
-        out = self.o.payload
-        out_sat = []
-        for j in range(lanes):
-            zero = res_upper if j >= half else Const(0)
-            m.d.sync += out.word[j].eq(Mux(zero, 0, Mux(res_scaled, scaled[j], res_word[j])))
-            out_sat.append(~zero & res_scaled & saturated[j])
-        m.d.sync += [
-            self.o.valid.eq(res_scaled | unscaled_valid),
-            out.op.eq(res_op),
-            out.saturated.eq(Cat(*out_sat)),
-            out.sat_count.eq(sum(out_sat)),
-            out.flag.eq(((res_op == VectorOp.VCMP) | (res_op == VectorOp.VARGMAX)) & flag),
-            out.index.eq(Mux(res_op == VectorOp.VARGMAX, res_index, 0)),
-        ]
+        _output(m, self.o, res_scaled | unscaled_valid, res_op, res_pairs, res_scaled,
+                scaled, saturated, _register(m, word, "s2_word"), flag,
+                _register(m, best_index, "s2_index"))
 
         # A word that gives no result (a reduction's but the last) is in flight for a
         # cycle: its merge.
