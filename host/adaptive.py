@@ -155,6 +155,7 @@ class AdaptiveRunner:
         self._programs = {}
         self.pending = None
         self.fallback = None
+        self.speculator = None      # (none on a static fallback either)
         groups = self._start_groups()
         try:
             program = self._compile(groups, jit=False)
@@ -172,7 +173,6 @@ class AdaptiveRunner:
             load_program(dev, self.fallback)
             return
         self.engine = FusionEngine(graph, cfg, program.groups, self._fits, **engine_args)
-        self.speculator = None
         if self.cache is not None:
             self.engine.refusions.update(self.cache.refused(graph, cfg))
         dev.write_window("GMEM", 0, program.gmem)

@@ -366,6 +366,7 @@ def test_a_program_beyond_one_bank_runs_static(cnn):
     xs = _samples(cnn, 8 * 2)
     runner, y, stats = _adaptive(cnn, xs, config=config)
     assert runner.fallback is not None and stats.fusions == 0
+    assert runner.speculator is None        # what the benchmark asks (step 55's crash)
     assert runner.engine.log[0]["action"] == "static" and "plan bank" in \
         runner.engine.log[0]["reason"]
     assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
