@@ -714,11 +714,14 @@ class VectorAlu(wiring.Component):
         """Cycles from a row on ``rq`` to its result on ``rq_o``."""
         return self._config.requant_latency
 
+    def _sizes(self):
+        """The lanes of a word, half of them, the lanes through the multipliers per
+        cycle and the cycles a result waits for its last group of them."""
+        cfg = self._config
+        return cfg.word_bytes, cfg.word_bytes // 2, cfg.scaler_lanes, cfg.vector_passes - 1
+
     def elaborate(self, platform):
-        lanes = self._config.word_bytes
-        half = lanes // 2
-        group = self._config.scaler_lanes       # lanes through the multipliers per cycle
-        tail = self._config.vector_passes - 1   # cycles a result waits for its last group
+        lanes, half, group, tail = self._sizes()
         m = Module()
 
         m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]

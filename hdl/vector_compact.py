@@ -109,10 +109,7 @@ class CompactVectorAlu(VectorAlu):
     REQUANT_LOW = (-1,)
 
     def elaborate(self, platform):
-        lanes = self._config.word_bytes
-        half = lanes // 2
-        group = self._config.scaler_lanes       # lanes through the multipliers per cycle
-        tail = self._config.vector_passes - 1   # cycles a result waits for its last group
+        lanes, half, group, tail = self._sizes()
         m = Module()
 
         m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]
