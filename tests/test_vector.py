@@ -214,6 +214,41 @@ def test_requantizer_extremes_exhaustive(compact):
 
 
 @BUILDS
+def test_requantizer_rounding_width_edges(compact):
+    """``t = p >> (30 + shift)`` on both sides of the compact unit's width (11 bits:
+    a wider ``t`` is replaced by the nearest one inside), with each rounding case and
+    the zero points and bounds that bring ``y`` nearest the int8 range."""
+    lanes = 8
+    dut = requantizer(lanes, compact=compact)
+    # mult 2**30: p = acc * 2**30, so t = acc >> shift.
+    accs = []
+    for shift in (0, 1, 3, 20, 31):
+        for t in (511, 512, 1022, 1023, 1024, 1025, 2047, 2048):
+            for sign in (1, -1):
+                for low in sorted({0, (1 << shift) >> 1, (1 << shift) - 1}):
+                    acc = sign * t * 2**shift + low
+                    if -2**31 <= acc < 2**31:
+                        accs.append((shift, acc))
+    rows = []
+    for zp in (-128, 127):
+        for lo, hi in ((-128, 127), (5, -5)):
+            for shift in sorted({s for s, _ in accs}):
+                batch = [acc for s, acc in accs if s == shift]
+                for k in range(0, len(batch), lanes):
+                    acc = (batch[k:k + lanes] + [0] * lanes)[:lanes]
+                    rows.append({"acc": acc, "mult": 2**30, "shift": shift, "zp": zp,
+                                 "lo": lo, "hi": hi})
+
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
+        assert len(outputs) == len(rows)
+        for row, (_, got) in zip(rows, outputs):
+            assert got == requant_reference(row), row
+
+    run(dut, bench)
+
+
+@BUILDS
 def test_requantizer_full_32bit_multiplier(compact):
     """Beyond the ISA's range (mult >= 2**31) the datapath is still exact."""
     lanes = 4
