@@ -101,6 +101,13 @@ class PerfCounters(wiring.Component):
         Names of counters (kept in the RAM) whose increments :attr:`void` cancels.
     pipelined : iterable of str
         Names of counters (kept in the RAM) whose increments are registered once more.
+    compact : bool
+        Built for area (:attr:`TileConfig.compact`): each increment is registered
+        once, with ``freeze``, ``clear`` and ``void`` of its own cycle applied, and a
+        read step's sum is the flush's adder's, answered from the second stage. The
+        counts are the same; a read is answered a cycle sooner (5 to 7 cycles after
+        its ``stb``), and the ``pipelined`` counters are not pipelined (their reads
+        count as the others' do).
 
     Attributes
     ----------
@@ -133,7 +140,8 @@ class PerfCounters(wiring.Component):
     READ_GROUP = 8
     READ_GROUP2 = 4
 
-    def __init__(self, names, *, inc_width=8, immediate=(), voidable=(), pipelined=()):
+    def __init__(self, names, *, inc_width=8, immediate=(), voidable=(), pipelined=(),
+                 compact=False):
         names = list(names)
         if not names or len(set(names)) != len(names):
             raise ValueError(f"Counter names must be unique and at least one, not {names!r}")
@@ -159,6 +167,7 @@ class PerfCounters(wiring.Component):
         self.immediate = frozenset(immediate)
         self.voidable = frozenset(voidable)
         self.pipelined = frozenset(pipelined)
+        self.compact = bool(compact)
         self.inc = {n: Signal(widths[n], name=f"inc_{_ident(n)}") for n in names}
         self.value = {n: Signal(64, name=f"ctr_{_ident(n)}") for n in names
                       if n in self.immediate}
@@ -278,12 +287,16 @@ class PerfCounters(wiring.Component):
 
         low = (self.READ_GROUP - 1).bit_length()
         mid = low + (self.READ_GROUP2 - 1).bit_length()
-        s1_scan_group = select_in_groups(pending, self.READ_GROUP, scan[:low],
+        # Built compact, one selection serves both steps, by the RAM's address: a read
+        # step's pending count is added by the flush's adder, in the second stage.
+        s1_scan_group = select_in_groups(pending, self.READ_GROUP,
+                                         (slot if self.compact else scan)[:low],
                                          "s1_scan_group")
-        s1_pend_group = select_in_groups(pending, self.READ_GROUP, req_slot[:low],
-                                         "s1_pend_group")
-        s2_pend_group = select_in_groups(s1_pend_group, self.READ_GROUP2, req_slot[low:mid],
-                                         "s2_pend_group")
+        if not self.compact:
+            s1_pend_group = select_in_groups(pending, self.READ_GROUP, req_slot[:low],
+                                             "s1_pend_group")
+            s2_pend_group = select_in_groups(s1_pend_group, self.READ_GROUP2,
+                                             req_slot[low:mid], "s2_pend_group")
         # Whether the RAM word is stale, for the request's word and for the
         # scanner's next, each registered a cycle ahead (selected in stage 1's cycle,
         # both selections and the choice between them were 10.18 ns of c475267's
@@ -329,7 +342,13 @@ class PerfCounters(wiring.Component):
         for i, (n, p) in enumerate(zip(in_ram, pending)):
             raw = Signal.like(self.inc[n], name=f"raw_{_ident(n)}")
             staged = Signal.like(self.inc[n], name=f"staged_{_ident(n)}")
-            if n in self.pipelined:
+            if self.compact:
+                # The increment as it comes, with its own cycle's freeze, clear and
+                # void (a clear in the next cycle zeroes the pending count it joins).
+                m.d.comb += raw.eq(self.inc[n])
+                dropped = self.freeze | self.clear
+                voided = self.void
+            elif n in self.pipelined:
                 early = Signal.like(self.inc[n], name=f"early_{_ident(n)}")
                 m.d.sync += [early.eq(self.inc[n]), raw.eq(early)]
                 dropped = freeze_2 | clear_2 | clear_1 | self.clear
@@ -358,14 +377,20 @@ class PerfCounters(wiring.Component):
             s2_read.eq(s1_read),
             s2_word.eq(Mux(s1_stale, 0, rp.data)),
             s2_pend.eq(Array(s1_scan_group)[s1_slot[low:]]),
-            s3_read.eq(s2_read),
-            s3_word.eq(s2_word),
-            s3_pend.eq(Array(s2_pend_group)[req_slot[mid:]]),
         ]
         m.d.comb += [
             wr.addr.eq(s2_slot),
             wr.data.eq(s2_word + s2_pend),
             wr.en.eq(s2_flush),
+        ]
+        if self.compact:
+            with m.If(s2_read):
+                m.d.sync += [rd.data.eq(wr.data), rd.ack.eq(1)]
+            return
+        m.d.sync += [
+            s3_read.eq(s2_read),
+            s3_word.eq(s2_word),
+            s3_pend.eq(Array(s2_pend_group)[req_slot[mid:]]),
         ]
         with m.If(s3_read):
             m.d.sync += [rd.data.eq(s3_word + s3_pend), rd.ack.eq(1)]

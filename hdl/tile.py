@@ -343,7 +343,8 @@ class Tile(wiring.Component):
         pipelined = [n for n in names if n.split("[")[0] in PIPELINED_COUNTERS]
         m.submodules.counters = counters = PerfCounters(
             names, inc_width={n: len(Value.cast(increments[n])) for n in names},
-            immediate=["CYCLES"], voidable=voidable, pipelined=pipelined)
+            immediate=["CYCLES"], voidable=voidable, pipelined=pipelined,
+            compact=cfg.compact)
         m.d.comb += counters.void.eq(ev.void)
         wiring.connect(m, csr.counter_read, counters.read)
         m.d.comb += [

@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
 
 import random
+from dataclasses import replace
 
 import pytest
 from amaranth.back import verilog
@@ -14,6 +15,10 @@ from wb_helpers import wb_read, wb_write
 
 
 CFG = TileConfig(plan_depth=16, slot_depth=8, kernel_slots=3)
+#: Both builds of the host's read path: the instruction registered whole, then its word
+#: (the default), or its word alone (built for area, ``compact``).
+CONFIGS = pytest.mark.parametrize("cfg", [CFG, replace(CFG, compact=True)],
+                                  ids=["deep", "compact"])
 
 
 def run(dut, bench):
@@ -40,8 +45,9 @@ def test_windows_match_memory_map(config):
     assert 4 << len(kern.bus.adr) >= config.kernel_slots * kern.span
 
 
-def test_plan_round_trip_and_read_port():
-    dut = PlanStore(CFG)
+@CONFIGS
+def test_plan_round_trip_and_read_port(cfg):
+    dut = PlanStore(cfg)
     rng = random.Random(2)
     half = dut.span // 4                        # host words per bank
 
@@ -77,12 +83,13 @@ def test_plan_round_trip_and_read_port():
     run(dut, bench)
 
 
+@CONFIGS
 @pytest.mark.parametrize("store", [PlanStore, KernelStore])
-def test_shared_read_port(store):
+def test_shared_read_port(store, cfg):
     """With ``shared_read`` the host reads through the control unit's port: a read waits
     while ``rd_en`` is high (the control unit fetching, its word out the next cycle as
     always) and is answered two cycles after the first cycle ``rd_en`` is low."""
-    dut = store(CFG, shared_read=True)
+    dut = store(cfg, shared_read=True)
     rng = random.Random(7)
     plan = store is PlanStore
     words = 2 if plan else 4                    # host words per instruction
@@ -121,7 +128,7 @@ def test_shared_read_port(store):
         ctx.set(dut.rd_en, 0)
         await ctx.tick()        # the host's read gets the port: its word comes out
         assert not ctx.get(bus.ack)
-        await ctx.tick()        # ...is registered whole
+        await ctx.tick()        # ...is registered (whole, or its word when compact)
         assert not ctx.get(bus.ack)
         await ctx.tick()        # ...and is answered, its word registered
         assert ctx.get(bus.ack)
@@ -178,8 +185,9 @@ def test_plan_out_of_range():
     assert 4 << len(dut.bus.adr) == 2 * CFG.plan_depth * 8
 
 
-def test_kernel_round_trip_lock_and_range():
-    dut = KernelStore(CFG)
+@CONFIGS
+def test_kernel_round_trip_lock_and_range(cfg):
+    dut = KernelStore(cfg)
     span = dut.span // 4
     rng = random.Random(3)
 
