@@ -735,14 +735,24 @@ class ControlUnit(wiring.Component):
         # The payload follows the instruction in MICRO_EXEC while the register is free,
         # so its enable does not wait for the issue decision.
         a_first, b_first, w_first = port_starts(m, micro.op, micro.args, cfg.word_bytes)
-        with m.If(~cmd_valid):
-            m.d.sync += [cmd_payload.op.eq(micro.op), cmd_payload.args.eq(micro.args),
-                         cmd_payload.part.eq(part),
-                         cmd_payload.a_first.eq(a_first),
-                         cmd_payload.b_first.eq(b_first),
-                         cmd_payload.w_first.eq(w_first),
-                         cmd_payload.steps.eq(vector_steps(micro.op, micro.args,
-                                                           cfg.word_bytes))]
+        payload = [cmd_payload.op.eq(micro.op), cmd_payload.args.eq(micro.args),
+                   cmd_payload.part.eq(part),
+                   cmd_payload.a_first.eq(a_first),
+                   cmd_payload.b_first.eq(b_first),
+                   cmd_payload.w_first.eq(w_first),
+                   cmd_payload.steps.eq(vector_steps(micro.op, micro.args, cfg.word_bytes))]
+        if cfg.compact:
+            # Built for area, only `valid` is a register: the payload is decoded from
+            # the instruction register as the unit takes it. The unit takes it in the
+            # cycle after the issue: it was idle the cycle before the issue, and nothing
+            # was in the register. That cycle is the next instruction's MICRO_FETCH,
+            # which registers its word only at its end: `micro_ir` still holds the
+            # issued one. (A command the unit does not take then is one a stopped unit
+            # refuses until the abort that empties the register.)
+            m.d.comb += payload
+        else:
+            with m.If(~cmd_valid):
+                m.d.sync += payload
         with m.If(cmd_taken):
             m.d.sync += cmd_valid.eq(0)
         with m.If(issue_compute):

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from fusetile.hdl.board import board as find_board
 from fusetile.hdl.copies import KEEP_COPIES
-from fusetile.host.fpga import ECP5_LUT_MAPPING, ICE40_LUT_MAPPING, UNDEFINED_COLLISIONS
+from fusetile.host.fpga import (ECP5_LUT_MAPPING, ICE40_LUT_MAPPING, ICE40_UNDEFINED_COLLISIONS,
+                                UNDEFINED_COLLISIONS)
 
 from timing_paths import map_core       # scripts/ is on the path when run as a script
 
@@ -40,7 +41,7 @@ _FLOWS = {
         "synth_ecp5 -noflatten -top fusetile -run map_cells:",
     ],
     "ice40": [
-        *UNDEFINED_COLLISIONS,
+        *ICE40_UNDEFINED_COLLISIONS,
         "synth_ice40 -dsp -noflatten -top fusetile -run begin:map_luts",
         *ICE40_LUT_MAPPING,
         "synth_ice40 -dsp -noflatten -top fusetile -run map_cells:",

@@ -14,6 +14,10 @@ the contract:
 * the units' own partition tests (``hdl/dma.py``, ``hdl/compute.py``) agree with the
   scratchpad's: no unit presents an access that the scratchpad finds outside the
   partition;
+* the compute unit takes a command in the cycle after the control unit issues it
+  (the cycle its ``valid`` rises), unless it is stopped on a fault: a compact build
+  decodes the command from the instruction register in that cycle alone
+  (``hdl/control.py``);
 * the scratchpad: no performed read is of a word written in the cycle before (its
   write is posted: it reaches the bank in the cycle of that read; ``hdl/scratchpad.py``).
   The hardware does not prevent it; a program does it only by racing a DMA transfer
@@ -59,6 +63,17 @@ class CheckedTile(Tile):
                        "a kernel fetch of a word the host may have written in the cycle "
                        "before"),
             ]
+        # (Checked at the clock edge, on the cycle's settled values: `waited` and the
+        # command's `valid` change together.)
+        cmd = ctrl.compute_cmd
+        waited = Signal(name="compute_cmd_waited")
+        m.d.sync += waited.eq(cmd.valid)
+        with m.If(cmd.valid & ~cmd.ready):
+            m.d.sync += Assert(m.submodules.compute.fault,
+                               "a compute command the running unit does not take at once")
+        with m.If(cmd.valid & waited):
+            m.d.sync += Assert(m.submodules.compute.fault | ctrl.dma_abort,
+                               "a compute command left in the register past its cycle")
         for name in spad.PORTS:
             port = getattr(spad, name)
             with m.If(port.en):

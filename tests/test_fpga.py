@@ -496,32 +496,44 @@ def _core_rtlil():
     return rtlil.convert(core, name="fusetile")
 
 
-def test_collision_patterns_name_the_instruction_stores_the_scratchpad_and_gmem():
-    """`fpga.UNDEFINED_COLLISIONS` selects the RAM read ports of the modules its
-    patterns match: of the core's modules with read ports, those are the plan and
-    kernel stores, the scratchpad and GMEM's shared ports, and nothing else (Yosys' own
-    run of it: the slow test below)."""
-    patterns = re.findall(r"(\S+)/t:\$memrd_v2", " ".join(fpga.UNDEFINED_COLLISIONS))
+#: The modules whose RAM read ports each flow declares may read anything on a collision:
+#: the instruction stores, the scratchpad and GMEM's shared ports; on the iCE40 the
+#: counters' RAM and the staging buffer too.
+_NO_COLLISION_CARE = {"fusetile.tile.plans", "fusetile.tile.kernels", "fusetile.tile.spad",
+                      "fusetile.tile.gmem"}
+COLLISION_LISTS = pytest.mark.parametrize("script, modules", [
+    (fpga.UNDEFINED_COLLISIONS, _NO_COLLISION_CARE),
+    (fpga.ICE40_UNDEFINED_COLLISIONS,
+     _NO_COLLISION_CARE | {"fusetile.tile.counters", "fusetile.tile.staging"}),
+], ids=["ecp5", "ice40"])
+
+
+@COLLISION_LISTS
+def test_collision_patterns_name_the_rams_that_never_collide(script, modules):
+    """Each flow's list selects the RAM read ports of the modules its patterns match,
+    and of the core's modules with read ports those are ``modules`` and nothing else
+    (Yosys' own run of it: the slow test below)."""
+    patterns = re.findall(r"(\S+)/t:\$memrd_v2", " ".join(script))
     with_reads = set()
     for block in _core_rtlil().split("\nmodule ")[1:]:
         name = block.split(None, 1)[0].lstrip("\\")
         if "cell $memrd_v2" in block:
             with_reads.add(name)
-    assert len(with_reads) > 5      # GMEM, the counters, the trace, ...
-    assert {m for m in with_reads if any(fnmatch(m, p) for p in patterns)} == {
-        "fusetile.tile.plans", "fusetile.tile.kernels", "fusetile.tile.spad",
-        "fusetile.tile.gmem"}
+    assert len(with_reads) > 6      # GMEM, the counters, the trace, ...
+    assert {m for m in with_reads if any(fnmatch(m, p) for p in patterns)} == modules
 
 
 @pytest.mark.slow
-def test_only_the_stores_the_scratchpad_and_gmem_ignore_collisions(tmp_path):
-    """The build's declaration that a read colliding with a write may return anything
-    (`fpga.UNDEFINED_COLLISIONS`, run after Yosys reads the design) reaches the read
-    ports of the plan and kernel stores, the scratchpad's banks and GMEM's shared read
-    port, every one of them, and no other RAM's."""
+@COLLISION_LISTS
+def test_only_the_rams_that_never_collide_ignore_collisions(tmp_path, script, modules):
+    """A flow's declaration that a read colliding with a write may return anything
+    (run after Yosys reads the design) reaches the read ports of ``modules``: the plan
+    and kernel stores, the scratchpad's banks and GMEM's shared read port (and on the
+    iCE40 the counters' and the staging buffer's), every one of them, and no other
+    RAM's."""
     (tmp_path / "core.il").write_text(_core_rtlil())
     (tmp_path / "t.ys").write_text("\n".join(
-        ["read_rtlil core.il", *fpga.UNDEFINED_COLLISIONS, "proc", "write_json t.json"]))
+        ["read_rtlil core.il", *script, "proc", "write_json t.json"]))
     yosys = fpga.tool_environment("ice40")["YOSYS"]
     subprocess.run([yosys, "-q", "t.ys"], cwd=tmp_path, check=True)
     ports = {}                                  # module -> COLLISION_X_MASK of each read port
@@ -529,11 +541,15 @@ def test_only_the_stores_the_scratchpad_and_gmem_ignore_collisions(tmp_path):
         for cell in module["cells"].values():
             if cell["type"] == "$memrd_v2":
                 ports.setdefault(name, []).append(int(cell["parameters"]["COLLISION_X_MASK"], 2))
-    assert {m: masks for m, masks in ports.items() if any(masks)} == {
-        "fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1],
-        "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks,
-        "fusetile.tile.gmem": [1]}
-    assert len(ports) > 5       # GMEM, the counters, the trace, ... untouched
+    # The kernel store's third read port is its class memory's (`MicroClass`), read
+    # with the instruction.
+    expected = {"fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1, 1],
+                "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks,
+                "fusetile.tile.gmem": [1], "fusetile.tile.counters": [1],
+                "fusetile.tile.staging": [1]}
+    assert {m: masks for m, masks in ports.items() if any(masks)} == \
+        {m: masks for m, masks in expected.items() if m in modules}
+    assert len(ports) > 6       # the trace, the bridge's buffer, ... untouched
 
 
 @pytest.mark.slow
