@@ -32,9 +32,9 @@ from amaranth.lib import data
 
 from ..kernels import config as tile_config
 from .compare import below
-from .vector import (VectorAlu, VectorOp, VectorRegs, _argmax, _argmax_merge, _delay, _flag,
-                     _max, _next_group, _output, _product_sum, _register, _requant_out,
-                     _row_in, _whole_words, _wire)
+from .vector import (VectorAlu, VectorOp, _argmax, _argmax_merge, _delay, _flag, _max,
+                     _next_group, _output, _product_sum, _register, _requant_out, _row_in,
+                     _whole_words, _wire)
 
 
 __all__ = ["CompactVectorAlu", "vector_alu"]
@@ -122,8 +122,10 @@ class CompactVectorAlu(VectorAlu):
     the lane multipliers: it must be high in the cycle before a row is presented and
     low in the cycle before a scaled word is (``REQUANT_HIGH``, ``REQUANT_LOW``;
     with more than one pass, for each pass: the compute unit holds it for a whole
-    command). ``busy`` is high from the cycle after a word or a row is
-    presented until the cycle before its result is out.
+    command). ``regs`` is read in each pass of a scaled word: it must hold still from
+    the cycle the word is presented to its last pass (the compute unit's VCFG
+    registers do, under a command). ``busy`` is high from the cycle after a word or a
+    row is presented until the cycle before its result is out.
 
     Parameters
     ----------
@@ -192,23 +194,20 @@ class CompactVectorAlu(VectorAlu):
                          for j in range(lanes)]
 
         # The scaled words' operands, (a - ZP_A, b - ZP_B) for VADD and (sum, 0) for an
-        # average VPOOL's last word, and the registers that scale them, go to the lane
-        # multipliers as the word comes; with more than one pass they stay for its
-        # passes, the operands shifting down a group per cycle.
+        # average VPOOL's last word, go to the lane multipliers as the word comes; with
+        # more than one pass they stay for its passes, shifting down a group per cycle.
+        # The registers that scale them are read in every pass: they hold still under
+        # a command (the compute unit's VCFG registers), so they need no copy.
         opa = Signal(data.ArrayLayout(signed(16), lanes), name="opa")
         opb = Signal(data.ArrayLayout(signed(9), lanes), name="opb")
-        scale = Signal(VectorRegs, name="scale")
         if tail:
-            # What the word's later passes take: its operands' other groups and its
-            # registers.
+            # What the word's later passes take: its operands' other groups.
             rest = [Signal(value.shape(), name=f"{name}_rest", reset_less=True)
-                    for value, name in ((opa, "opa"), (opb, "opb"), (scale, "scale"))]
-            m.d.sync += [r.eq(value) for r, value in zip(rest, (opa, opb, scale))]
+                    for value, name in ((opa, "opa"), (opb, "opb"))]
+            m.d.sync += [r.eq(value) for r, value in zip(rest, (opa, opb))]
             m.d.comb += [opa.eq(_next_group(rest[0], group)),
-                         opb.eq(_next_group(rest[1], group)),
-                         scale.eq(rest[2])]
+                         opb.eq(_next_group(rest[1], group))]
         with m.If(scaled_in):
-            m.d.comb += scale.eq(regs)
             with m.If(is_vpool):
                 m.d.comb += [opa[j].eq(pooled[j]) for j in range(lanes)]
                 m.d.comb += opb.eq(0)
@@ -250,17 +249,17 @@ class CompactVectorAlu(VectorAlu):
         _, row_next = _row_in(m, self.rq, group, tail)
         rows = _register(m, self.requant, "rows")
         prods = [_product_sum(m, rows, [(row_next.acc[j], row_next.mult)],
-                              [(opa[j], scale.mult_a), (opb[j], scale.mult_b)],
+                              [(opa[j], regs.mult_a), (opb[j], regs.mult_b)],
                               f"prod{j}", short=True)
                  for j in range(group)]
         # The scaling registers of the operands' cycle, a row's or a word's, carried as
         # far as they are read: the shift to the products' sum, the others a cycle on.
         shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), delay, f"scale_{name}")
                              for of_row, of_word, name, delay in (
-                                 (row_next.shift, scale.shift, "shift", _PRODUCT_STAGES),
-                                 (row_next.zp, scale.zp_out, "zp", _PRODUCT_STAGES + 1),
-                                 (row_next.lo, scale.lo, "lo", _PRODUCT_STAGES + 1),
-                                 (row_next.hi, scale.hi, "hi", _PRODUCT_STAGES + 1)))
+                                 (row_next.shift, regs.shift, "shift", _PRODUCT_STAGES),
+                                 (row_next.zp, regs.zp_out, "zp", _PRODUCT_STAGES + 1),
+                                 (row_next.lo, regs.lo, "lo", _PRODUCT_STAGES + 1),
+                                 (row_next.hi, regs.hi, "hi", _PRODUCT_STAGES + 1)))
         scaled, saturated = _whole_words(m, *_round_clamp(m, prods, shift, zp, lo, hi, "rq"),
                                          lanes, group, tail)
         row_valids = _requant_out(m, self.rq_o,

@@ -450,8 +450,19 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
     rng = random.Random(seed)
     words, results = Words(dut), []
     last_scaled = -config.vector_passes
+    op_regs = None
     for _ in range(count):
-        op_items, result, op_regs = rng.choice(ops)(rng, lanes, random_regs(rng))
+        # The compact unit reads the registers in every pass of a scaled word (they
+        # hold still under a command): an operation with registers of its own waits
+        # out the passes of the one before; half of them keep the registers, as a
+        # command's words do, and need not.
+        held = config.compact and op_regs is not None and rng.random() < 0.5
+        before = op_regs
+        op_items, result, op_regs = rng.choice(ops)(rng, lanes,
+                                                    before if held else random_regs(rng))
+        if config.compact and op_regs != before:
+            while len(words.items) - last_scaled < config.vector_passes:
+                words.bubble()
         for it in op_items:
             while rng.random() < bubble_rate or \
                     (scaled(it) and len(words.items) - last_scaled < config.vector_passes):
@@ -493,7 +504,8 @@ def test_alu_mixed_back_to_back(word_bytes, compact):
 def test_alu_mixed_in_passes(word_bytes, vector_lanes, compact):
     """Fewer lane multipliers than lanes: a scaled word every ``word_bytes /
     vector_lanes`` cycles, the other words one per cycle in between (VPOOL's words
-    before its last among them), every result exact and in its cycle."""
+    before its last among them; built compact, only an operation's own), every result
+    exact and in its cycle."""
     config = TileConfig(word_bytes=word_bytes, vector_lanes=vector_lanes, compact=compact)
     check_program(config, list(OPS.values()), seed=word_bytes + vector_lanes, count=300,
                   bubble_rate=0)
