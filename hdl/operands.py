@@ -10,7 +10,7 @@ from amaranth.hdl import Cat, Module, Signal, Mux
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..kernels.config import TileConfig
+from ..kernels.config import TileConfig, CHECK_LATENCY
 from ..kernels.isa import MicroOp, MicroArgs, VectorCfg
 from ..kernels.operands import MAX_OPERANDS
 from .compare import at_least
@@ -53,10 +53,17 @@ class OperandCheck(wiring.Component):
     of wire and a carry chain into the control unit's ``armed`` were 9.90 ns of
     0059dff's: step 50.)
 
+    Built for area (``config.compact``), the two products are made in the fabric, a
+    bit of the count per cycle (a shift-and-add over the 16 bits, from the third
+    stage on), with no DSP: an instruction with products (MATMUL, REQUANT, VPOOL)
+    has its answer ``COMPACT_CHECK_LATENCY`` (17) cycles after ``start``
+    (:meth:`TileConfig.check_latency`), the others as before.
+
     Parameters
     ----------
     config : TileConfig
-        ``rows`` and ``word_bytes`` size ACC_BIAS's and REQUANT's operands.
+        ``rows`` and ``word_bytes`` size ACC_BIAS's and REQUANT's operands;
+        ``compact`` chooses the products' build.
 
     Attributes
     ----------
@@ -83,8 +90,8 @@ class OperandCheck(wiring.Component):
         ``ends`` from the cycle after.
     """
 
-    #: Cycles from ``start`` to ``valid``, but for VPOOL (one more).
-    LATENCY = 2
+    #: Cycles from ``start`` to ``valid``, but for VPOOL (one more), built for speed.
+    LATENCY = CHECK_LATENCY
 
     def __init__(self, config):
         if not isinstance(config, TileConfig):
@@ -114,7 +121,18 @@ class OperandCheck(wiring.Component):
         count = [Signal(16, name=f"count{i}") for i in range(2)]
         stride = [Signal(16, name=f"stride{i}") for i in range(2)]
         product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
+        if cfg.compact:
+            # The serial products' turns, one per bit of the count, from `start`.
+            turns = Signal(range(len(count[0]) + 1))
+            with m.If(self.start):
+                m.d.sync += turns.eq(len(count[0]))
+            with m.Elif(turns != 0):
+                m.d.sync += turns.eq(turns - 1)
         for i in range(2):
+            if cfg.compact:
+                m.d.comb += product[i].eq(_serial_product(m, self.start, turns != 0, count[i],
+                                                          stride[i], f"product{i}"))
+                continue
             m.submodules[f"mul{i}"] = mul = Multiplier(16, 16, latency=2, fabric_product=True)
             m.d.comb += [mul.a.eq(count[i]), mul.b.eq(stride[i]), product[i].eq(mul.p)]
         base = [Signal(16, name=f"base{i}") for i in range(MAX_OPERANDS)]
@@ -225,20 +243,45 @@ class OperandCheck(wiring.Component):
                          extra[i])
             m.d.sync += self.ends[i].eq(base[i] + extent)
 
-        # `valid`: cycles since `start`, up to the answer's.
+        # `valid`: cycles since `start`, up to the answer's (built for area, later for
+        # an instruction with products).
         slow = Signal()         # VPOOL: the sum is compared a cycle later
         m.d.comb += slow.eq(Cat(mask == 0b11 for mask in adds).any())
-        step = Signal(range(self.LATENCY + 2))
+        if cfg.compact:
+            strided = Cat(mask != 0 for mask in adds).any()
+            latency = Mux(strided, cfg.check_latency(True), cfg.check_latency(False))
+        else:
+            latency = self.LATENCY
+        step = Signal(range(cfg.check_latency(True) + 2))
         with m.If(self.start):
             m.d.sync += step.eq(1)
         with m.Elif(~self.valid):
             m.d.sync += step.eq(step + 1)
         m.d.comb += [
-            self.valid.eq(~self.start & (step == self.LATENCY + slow)),
+            self.valid.eq(~self.start & (step == latency + slow)),
             self.used.eq(Mux(counted, used, 0)), self.illegal.eq(illegal),
             self.outside.eq(Cat(*outside)),
         ]
         return m
+
+
+def _serial_product(m, start, turn, count, stride, name):
+    """``count * stride`` (16-bit operands, held from ``start``) in a register, made a
+    bit of ``count`` per cycle ``turn`` is high (the ``len(count)`` cycles after
+    ``start``), and held after them.
+
+    The register holds the partial sum above the bits of ``count`` still to be
+    taken: each turn adds ``stride`` to the top half when its lowest bit is set, and
+    shifts the whole right (the shift-and-add multiplier; a 17-bit adder, no DSP).
+    """
+    bits = len(count)
+    acc = Signal(2 * bits, name=f"{name}_acc")
+    with m.If(start):
+        m.d.sync += acc.eq(count)
+    with m.Elif(turn):
+        top = acc[bits:] + Mux(acc[0], stride, 0)
+        m.d.sync += acc.eq(Cat(acc[1:bits], top))
+    return acc
 
 
 class _Products:

@@ -12,7 +12,8 @@ import json
 
 
 __all__ = ["TileConfig", "MAC_LATENCY", "VECTOR_LATENCY", "REQUANT_LATENCY",
-           "COMPACT_VECTOR_LATENCY", "COMPACT_REQUANT_LATENCY", "COMPACT_UNSCALED_LATENCY"]
+           "COMPACT_VECTOR_LATENCY", "COMPACT_REQUANT_LATENCY", "COMPACT_UNSCALED_LATENCY",
+           "CHECK_LATENCY", "COMPACT_CHECK_LATENCY"]
 
 
 # The units' pipeline depths, which the gateware is built to (hdl/mac_array.py,
@@ -33,6 +34,12 @@ COMPACT_REQUANT_LATENCY = 5
 #: Cycles from the word completing an unscaled result (VCLAMP, a maximum VPOOL, VCMP,
 #: VARGMAX) to the result, in that unit: it does not wait for the scaled path's.
 COMPACT_UNSCALED_LATENCY = 3
+#: Cycles from the operand check's start to its answer (hdl/operands.py; VPOOL's a cycle
+#: more), and the same built for area for an instruction whose operand ends take
+#: ``count x stride`` products (MATMUL, REQUANT, VPOOL): those are made a bit of the
+#: 16-bit count per cycle, in the fabric, where the deep check has two DSP multipliers.
+CHECK_LATENCY = 2
+COMPACT_CHECK_LATENCY = 17
 
 
 def _is_pow2(n):
@@ -216,6 +223,12 @@ class TileConfig:
         """Cycles from an ACC row into the requantiser to its int8 row."""
         base = COMPACT_REQUANT_LATENCY if self.compact else REQUANT_LATENCY
         return base + self.vector_passes - 1
+
+    def check_latency(self, strided):
+        """Cycles from the operand check's start to its answer for a compute
+        micro-instruction with (``strided``: MATMUL, REQUANT, VPOOL) or without
+        ``count x stride`` products in its operand ends; VPOOL's a cycle more."""
+        return COMPACT_CHECK_LATENCY if self.compact and strided else CHECK_LATENCY
 
     def as_dict(self):
         return asdict(self)

@@ -39,8 +39,9 @@ the vector unit may differ): the compute unit runs beside the sequencer, as the 
 engine does, through a command register (as in the RTL), and the sequencer sees the
 unit's busy a cycle late. A compute micro-instruction issues when the register is empty
 and the unit was idle the cycle before (else the sequencer stalls, counted in
-``stall_compute``), retires in 5 cycles (fetch, three of check, issue; VPOOL 6) and goes into the
-register; the unit takes it the next cycle, when it takes effect at once (all of it),
+``stall_compute``), retires in 5 cycles (fetch, three of check, issue; VPOOL 6; on a
+tile built for area MATMUL, REQUANT and VPOOL check 15 cycles longer, their products
+made in the fabric a bit per cycle) and goes into the register; the unit takes it the next cycle, when it takes effect at once (all of it),
 and is busy for the next ``extra`` cycles. ``WAIT`` with ``compute`` and ``RET`` wait
 as an issue does:
 
@@ -99,7 +100,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import arith
-from .operands import illegal_operands, operand_ends
+from .operands import STRIDED_OPS, illegal_operands, operand_ends
 from .config import TileConfig, MAC_LATENCY
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
@@ -220,10 +221,12 @@ class _Transfer:
 (_IDLE, _PLAN_FETCH, _PLAN_EXEC, _MICRO_FETCH, _MICRO_EXEC, _FAULT, _PUBLISH, _PLAN_DECODE,
  _ROLLBACK) = range(9)
 
-#: Cycles a compute micro-instruction spends in the operand check (its stages, the last
-#: registering the answer: ``OperandCheck.LATENCY`` + 1), by whether it is VPOOL, whose
-#: input's two products are added in a stage more.
-_CHECK_CYCLES = {False: 3, True: 4}
+def _check_cycles(config, op):
+    """Cycles compute micro-instruction ``op`` spends in the operand check: its stages,
+    the last registering the answer (:meth:`TileConfig.check_latency` + 1), VPOOL's a
+    stage more (its input's two products are added)."""
+    return config.check_latency(op in STRIDED_OPS) + 1 + (op == MicroOp.VPOOL)
+
 
 _VCFG_BITS = {
     VectorCfg.MULT_A: 32, VectorCfg.MULT_B: 32, VectorCfg.SHIFT: 5, VectorCfg.ZP_A: 8,
@@ -353,7 +356,7 @@ class TileModel:
         self._pending_flag = None    # (flag, value) a VCMP (or a VARGMAX with test)
                                      # writes in its last busy cycle
         self._checked = 0            # cycles the compute instruction in MICRO_EXEC has
-                                     # been checked (_CHECK_CYCLES: done)
+                                     # been checked (_check_cycles: done)
         self._compute_unit = None    # its busy counter: "mac_busy" or "vec_busy"
         self.speculating = 0
         self.guard_flag = self.guard_value = 0
@@ -857,7 +860,7 @@ class TileModel:
                     ret_trace = True
                     fetch(self.plan_pc + 1)
             elif op in COMPUTE_OPS:
-                if self._checked < _CHECK_CYCLES[op == MicroOp.VPOOL]:
+                if self._checked < _check_cycles(self.config, op):
                     # Its first cycles check the operands (the RTL's stages).
                     tr["_checked"] = self._checked + 1
                 elif compute_pending:
@@ -1150,7 +1153,7 @@ class TileModel:
         if op in (MicroOp.DMA_LOAD, MicroOp.DMA_STORE):
             return "stall_dma" if not self._queue_w_rdy() and f["gmem_base"] != 3 else None
         if op in COMPUTE_OPS:
-            checked = self._checked == _CHECK_CYCLES[op == MicroOp.VPOOL]
+            checked = self._checked == _check_cycles(self.config, op)
             return "stall_compute" if pending and checked else None
         return None
 

@@ -18,11 +18,15 @@ from .config import TileConfig
 from .isa import MicroOp, VectorCfg
 
 
-__all__ = ["MAX_OPERANDS", "operand_ends", "illegal_operands"]
+__all__ = ["MAX_OPERANDS", "STRIDED_OPS", "operand_ends", "illegal_operands"]
 
 
 #: The most scratchpad operands a compute micro-instruction has (VADD: a, b, out).
 MAX_OPERANDS = 3
+
+#: The operations whose operand ends take ``count x stride`` products (MATMUL's inputs,
+#: REQUANT's output, VPOOL's input): the others' ends are a base and a small extra.
+STRIDED_OPS = frozenset({MicroOp.MATMUL, MicroOp.REQUANT, MicroOp.VPOOL})
 
 
 def _words(lanes, word_bytes):

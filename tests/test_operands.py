@@ -11,7 +11,7 @@ from fusetile.hdl.operands import OperandCheck
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import COMPUTE_OPS, MicroInstr, MicroOp
 from fusetile.kernels.model import decode_micro
-from fusetile.kernels.operands import MAX_OPERANDS, illegal_operands, operand_ends
+from fusetile.kernels.operands import MAX_OPERANDS, STRIDED_OPS, illegal_operands, operand_ends
 from fusetile.kernels.program import (acc_bias, matmul, requant, vadd, vargmax, vclamp, vcmp,
                                       vpool)
 
@@ -72,8 +72,9 @@ def _random_instructions(rng, count):
     return out
 
 
-@pytest.mark.parametrize("config", [TileConfig(), TileConfig(rows=4, cols=4, word_bytes=4)],
-                         ids=["8x8", "4x4"])
+@pytest.mark.parametrize("config", [TileConfig(), TileConfig(rows=4, cols=4, word_bytes=4),
+                                    TileConfig(rows=2, cols=2, word_bytes=4, compact=True)],
+                         ids=["8x8", "4x4", "2x2-compact"])
 def test_gateware_matches_reference(config):
     """Legality, ends and which ends are outside the partition, the partition's limit
     often at an end or one either side of it (the comparison's edges)."""
@@ -93,15 +94,16 @@ def test_gateware_matches_reference(config):
             ends = [] if illegal else operand_ends(op, f, config)
             limit = limit_for(ends)
             # Held, as the control unit holds its instruction register after `start`:
-            # the answer is LATENCY cycles later, VPOOL's a cycle more, the ends a cycle
-            # after the answer.
+            # the answer is the configuration's latency later (built for area, later for
+            # the operations with products), VPOOL's a cycle more, the ends a cycle after
+            # the answer.
             ctx.set(dut.op, bits & 0xFF)
             ctx.set(dut.args.raw, bits >> 8)
             ctx.set(dut.limit, limit)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            latency = OperandCheck.LATENCY + (op == MicroOp.VPOOL)
+            latency = config.check_latency(op in STRIDED_OPS) + (op == MicroOp.VPOOL)
             for _ in range(latency - 1):
                 assert not ctx.get(dut.valid), (op, f)
                 await ctx.tick()
