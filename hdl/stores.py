@@ -115,7 +115,7 @@ class _StoreBase(wiring.Component):
         # worst path of a ULX3S build (step 32).
         reading = Signal()      # the read's word comes out of the memory this cycle
         addressing = Signal()   # (own read port) the read's address is presented
-        held = Signal()         # the read's word is in `held_data`
+        held = Signal()         # the read's word is registered (`held_data`; compact: `held_word`)
         # A write waits while `hold` is high: the refusals do not cover that cycle.
         access = (bus.cyc & bus.stb & ~answered & ~addressing & ~reading & ~held &
                   ~(bus.we & hold))
@@ -182,7 +182,8 @@ class _StoreBase(wiring.Component):
         # wire from the block RAMs (a kernel store's 32 on the ULX3S) to the selection
         # in front of `dat_r` was 5.9 ns of d3bfcf1's routed paths (12.3 ns in all).
         # Built for area (`compact`), the word is selected first and registered alone,
-        # in the same cycle (below): a fourth of the flip-flops for a kernel store.
+        # in the same cycle, and answered from there (below): a fourth of the
+        # flip-flops for a kernel store.
         if self.config.compact:
             m.d.sync += held.eq(reading)
         else:
@@ -199,12 +200,14 @@ class _StoreBase(wiring.Component):
         with m.If(access):
             m.d.sync += read_word.eq(word)
         if self.config.compact:
+            # ... and answered from that register, which holds it until the next read.
             held_word = Signal(32, name="held_word", reset_less=True)
-            m.d.sync += held_word.eq(host_r.data.word_select(read_word, 32))
+            with m.If(reading):
+                m.d.sync += held_word.eq(host_r.data.word_select(read_word, 32))
+            m.d.comb += bus.dat_r.eq(held_word)
         else:
-            held_word = held_data.word_select(read_word, 32)
-        with m.If(held):
-            m.d.sync += bus.dat_r.eq(held_word)
+            with m.If(held):
+                m.d.sync += bus.dat_r.eq(held_data.word_select(read_word, 32))
         return host_addr, host_data, host_we
 
 
