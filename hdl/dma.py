@@ -66,6 +66,22 @@ class DmaCommand(data.Struct):
 _ADDR_BITS = 32
 
 
+def _address_bits(config):
+    """Bits of the engine's GMEM and scratchpad address registers: ``_ADDR_BITS`` for
+    each, or built for area (``config.compact``) only as many as the addresses a
+    transfer uses can need. Every address a transfer uses but its first is an address
+    that passed its check (below GMEM's size, or the partition's limit and so 2**16)
+    plus a 16-bit stride or 1, and the first is the command's (24 or 16 bits): so the
+    address of the word that faults, the one the fault reports, is exact too. (An
+    address worked out ahead from a first that faults may wrap; it is never used.)"""
+    if not config.compact:
+        return _ADDR_BITS, _ADDR_BITS
+    layout = DmaCommand.as_shape()
+    in_range = max((config.gmem_words - 1).bit_length(), layout["gmem_stride"].width)
+    return (max(layout["gmem_addr"].width, in_range + 1),
+            max(layout["spad_addr"].width, layout["spad_stride"].width) + 1)
+
+
 class Dma(wiring.Component):
     """2-D strided DMA between GMEM and the scratchpad, one word per cycle.
 
@@ -156,6 +172,7 @@ class Dma(wiring.Component):
     def elaborate(self, platform):
         cfg = self._config
         m = Module()
+        gmem_bits, spad_bits = _address_bits(cfg)
 
         running = Signal()      # a transfer is in progress
         store = Signal()
@@ -175,9 +192,9 @@ class Dma(wiring.Component):
         issuing = Signal()
         row = Signal(12)
         col = Signal(12)
-        gaddr = Signal(_ADDR_BITS)
+        gaddr = Signal(gmem_bits)
         gmem_oob = Signal()     # gaddr >= gmem_words, worked out as gaddr is set
-        saddr = Signal(_ADDR_BITS)
+        saddr = Signal(spad_bits)
         spad_oob = Signal()     # saddr >= limit, worked out as saddr is set
         # The first word of the next row, kept ahead, and the open partition's limit
         # less one, a cycle behind (the limit does not change under a transfer): an
@@ -185,20 +202,20 @@ class Dma(wiring.Component):
         # through one adder or one comparison, not an adder and then a comparison
         # (the DMA engine's late endpoints on the ULX3S at 3247880, docs/fpga-timing.md
         # step 35).
-        next_row_gaddr = Signal(_ADDR_BITS)
-        next_row_saddr = Signal(_ADDR_BITS)
+        next_row_gaddr = Signal(gmem_bits)
+        next_row_saddr = Signal(spad_bits)
         limit_less_1 = Signal(signed(18))
         m.d.sync += limit_less_1.eq(self.limit - 1)
 
         # Write stage: the word read by the issue stage in the previous cycle, or (a
         # load whose scratchpad write stalled, `again`) the one the scratchpad kept.
         wvalid = Signal()
-        w_gaddr = Signal(_ADDR_BITS)
+        w_gaddr = Signal(gmem_bits)
         # The offset on the scratchpad port, a register of its own: the write stage's
         # for a load, a copy of `saddr` for a store (a choice between two registers
         # was in front of the scratchpad's row adder and bank address, step 35). After
         # a stall it keeps the stalled access's offset while the issue stage goes on.
-        port_offset = Signal(_ADDR_BITS)
+        port_offset = Signal(spad_bits)
         w_spad_oob = Signal()
         # What the offset becomes unless the port's access stalls, from the engine's
         # registers only; a stall keeps the offset. The stall comes through the
@@ -207,7 +224,7 @@ class Dma(wiring.Component):
         # them (it was, in the deepest LUT chains of the design: `port_offset`, 7
         # LUTs from the compute unit's registers in `scripts/timing_paths.py
         # --deepest`, docs/fpga-timing.md step 46).
-        next_offset = Signal(_ADDR_BITS)
+        next_offset = Signal(spad_bits)
         m.d.comb += next_offset.eq(port_offset)
         with m.If(~self.spad.stall):
             m.d.sync += port_offset.eq(next_offset)
@@ -217,8 +234,8 @@ class Dma(wiring.Component):
         # The last word the issue stage left (its GMEM address, scratchpad offset and
         # partition test). `reread`: a load's word read in a stall's cycle, which the
         # replay's cycle reads again and writes next.
-        prev_gaddr = Signal(_ADDR_BITS)
-        prev_saddr = Signal(_ADDR_BITS)
+        prev_gaddr = Signal(gmem_bits)
+        prev_saddr = Signal(spad_bits)
         prev_spad_oob = Signal()
         reread = Signal()
 
@@ -228,11 +245,11 @@ class Dma(wiring.Component):
         # cycle was 120 of the ULX3S build's late endpoints (step 32). A fault found
         # by the issue stage waits (`pend_*`) until the words before it are written.
         w2valid = Signal()
-        w2_gaddr = Signal(_ADDR_BITS)
+        w2_gaddr = Signal(gmem_bits)
         sword = registered_word(m, self.spad, "sword")
         pend = Signal()
         pend_cause = Signal(FaultCause)
-        pend_addr = Signal(_ADDR_BITS)
+        pend_addr = Signal(max(gmem_bits, spad_bits))
 
         m.d.comb += [
             self.busy.eq(running),
@@ -291,7 +308,7 @@ class Dma(wiring.Component):
                     m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [col.eq(col + 1), col_last.eq(col + 1 == last_col)]
-                # (No address comes near 2**32: `_ADDR_BITS`.)
+                # (No address used wraps: `_address_bits`.)
                 set_saddr(saddr + 1, saddr >= limit_less_1)
                 set_gaddr(gaddr + 1, gaddr >= cfg.gmem_words - 1)
 

@@ -1,6 +1,7 @@
 # amaranth: UnusedElaboratable=no
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,10 @@ from wb_helpers import wb_read, wb_write
 
 
 CFG = TileConfig(gmem_bytes=2048, spad_banks=4, spad_bank_words=64, partitions=4)
+#: The engine with 32-bit address registers, and built for area (``compact``) with as
+#: many bits as the addresses a transfer uses can need (``hdl/dma.py``).
+CONFIGS = pytest.mark.parametrize("cfg", [CFG, replace(CFG, compact=True)],
+                                  ids=["deep", "compact"])
 GW = CFG.gmem_words        # 256
 SW = CFG.spad_words        # 256
 DIRECT = 3                 # partition covering the whole scratchpad, for the testbench
@@ -268,10 +273,11 @@ def test_command_layout():
 
 
 @pytest.mark.parametrize("stall_rate", [0, 0.4])
-def test_random_transfers(stall_rate):
+@CONFIGS
+def test_random_transfers(stall_rate, cfg):
     """Random loads and stores against a Python model: one word per cycle, one cycle
     more per stalled scratchpad access, every word moved exactly once."""
-    h = Harness(CFG)
+    h = Harness(cfg)
     rng = random.Random(7)
     intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
@@ -369,8 +375,9 @@ def test_back_to_back_and_empty():
 
 
 @pytest.mark.parametrize("stall_rate", [0, 0.5])
-def test_load_partition_fault(stall_rate):
-    h = Harness(CFG)
+@CONFIGS
+def test_load_partition_fault(stall_rate, cfg):
+    h = Harness(cfg)
     rng = random.Random(13)
     intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
@@ -412,8 +419,9 @@ def test_load_partition_fault(stall_rate):
 
 
 @pytest.mark.parametrize("stall_rate", [0, 0.5])
-def test_store_partition_fault_and_wide_offset(stall_rate):
-    h = Harness(CFG)
+@CONFIGS
+def test_store_partition_fault_and_wide_offset(stall_rate, cfg):
+    h = Harness(cfg)
     rng = random.Random(17)
     intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
@@ -460,8 +468,9 @@ def test_store_partition_fault_and_wide_offset(stall_rate):
 
 @pytest.mark.parametrize("stall_rate", [0, 0.5])
 @pytest.mark.parametrize("store", [0, 1])
-def test_gmem_range_fault(store, stall_rate):
-    h = Harness(CFG)
+@CONFIGS
+def test_gmem_range_fault(store, stall_rate, cfg):
+    h = Harness(cfg)
     rng = random.Random(19 + store)
     intf = Interferer(h, rng, random_steal(rng, stall_rate)) if stall_rate else None
 
@@ -496,12 +505,22 @@ def test_gmem_range_fault(store, stall_rate):
         assert await issue(ctx, h, cmd(store=store, gmem_addr=0xFFFFFF, rows=2, cols=2),
                            intf) == (1 + store, 0, 0)
         assert ctx.get(h.dma.fault_addr) == 0xFFFFFF
+        # A row's first word a whole stride past the last word of GMEM: its address
+        # reported in full (17 bits here).
+        ctx.set(h.dma.abort, 1)
+        await ctx.tick()
+        ctx.set(h.dma.abort, 0)
+        c = cmd(store=store, gmem_addr=GW - 1, gmem_stride=0xFFFF, part=0, rows=2, cols=1)
+        assert (await issue(ctx, h, c, intf))[1] == 1
+        assert ctx.get(h.dma.fault_cause) == FaultCause.GMEM_RANGE
+        assert ctx.get(h.dma.fault_addr) == GW - 1 + 0xFFFF
 
     run(h, bench)
 
 
-def test_abort():
-    h = Harness(CFG)
+@CONFIGS
+def test_abort(cfg):
+    h = Harness(cfg)
 
     async def bench(ctx):
         await set_partitions(ctx, h, TABLE)
