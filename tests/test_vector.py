@@ -173,6 +173,18 @@ def collect_requant(lanes):
     return lambda p: ([p.value[j] for j in range(lanes)], p.saturated)
 
 
+def check_rows(dut, rows, lanes):
+    """Stream REQUANT ``rows`` through ``dut`` back to back: each result is the
+    reference's."""
+    async def bench(ctx):
+        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
+        assert len(outputs) == len(rows)
+        for row, (_, got) in zip(rows, outputs):
+            assert got == requant_reference(row), row
+
+    run(dut, bench)
+
+
 @BUILDS
 @pytest.mark.parametrize("lanes, vector_lanes", [(8, None), (16, None), (4, 1), (8, 2)])
 def test_requantizer_random_back_to_back(lanes, vector_lanes, compact):
@@ -203,14 +215,7 @@ def test_requantizer_extremes_exhaustive(compact):
     rows = [{"acc": acc, "mult": mult, "shift": shift, "zp": zp, "lo": lo, "hi": hi}
             for mult in MULT_EDGES for shift in (0, 1, 30, 31) for zp in (-128, 0, 127)
             for lo, hi in ((-128, 127), (0, 127), (-5, 5))]
-
-    async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
-        assert len(outputs) == len(rows)
-        for row, (_, got) in zip(rows, outputs):
-            assert got == requant_reference(row), row
-
-    run(dut, bench)
+    check_rows(dut, rows, lanes)
 
 
 @BUILDS
@@ -238,14 +243,7 @@ def test_requantizer_rounding_width_edges(compact):
                     acc = (batch[k:k + lanes] + [0] * lanes)[:lanes]
                     rows.append({"acc": acc, "mult": 2**30, "shift": shift, "zp": zp,
                                  "lo": lo, "hi": hi})
-
-    async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
-        assert len(outputs) == len(rows)
-        for row, (_, got) in zip(rows, outputs):
-            assert got == requant_reference(row), row
-
-    run(dut, bench)
+    check_rows(dut, rows, lanes)
 
 
 @BUILDS
@@ -257,14 +255,7 @@ def test_requantizer_full_32bit_multiplier(compact):
     rows = [{**random_row(rng, lanes), "mult": rng.choice([2**31, 2**32 - 1,
                                                             rng.randrange(2**31, 2**32)])}
             for _ in range(40)]
-
-    async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
-        assert len(outputs) == len(rows)
-        for row, (_, got) in zip(rows, outputs):
-            assert got == requant_reference(row), row
-
-    run(dut, bench)
+    check_rows(dut, rows, lanes)
 
 
 @BUILDS
