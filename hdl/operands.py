@@ -54,9 +54,9 @@ class OperandCheck(wiring.Component):
     0059dff's: step 50.)
 
     Built for area (``config.compact``), the two products are made in the fabric, a
-    bit of the count per cycle (a shift-and-add over the 16 bits, from the third
-    stage on), with no DSP: an instruction with products (MATMUL, REQUANT, VPOOL)
-    has its answer ``COMPACT_CHECK_LATENCY`` (17) cycles after ``start``
+    bit of the count per cycle (a shift-and-add over its 16 bits, in the 16 cycles
+    after ``start``), with no DSP: an instruction with products (MATMUL, REQUANT,
+    VPOOL) has its answer ``COMPACT_CHECK_LATENCY`` (17) cycles after ``start``
     (:meth:`TileConfig.check_latency`), the others as before.
 
     Parameters
@@ -86,7 +86,8 @@ class OperandCheck(wiring.Component):
         The instruction is given for the first time (and then held).
     valid : Out(1)
         ``illegal``, ``used`` and ``outside`` are the instruction's, from this cycle
-        (:attr:`LATENCY` cycles after ``start``, VPOOL one more) while it is held;
+        (:attr:`LATENCY` cycles after ``start``, or built for area
+        :meth:`TileConfig.check_latency`; VPOOL one more) while it is held;
         ``ends`` from the cycle after.
     """
 
