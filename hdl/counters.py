@@ -126,6 +126,9 @@ class PerfCounters(wiring.Component):
         Amount added to each counter this cycle; driven by the parent (0 if undriven).
     value : dict of str to Signal(64)
         Current value of each immediate counter.
+    ram_ports : (WritePort, ReadPort)
+        After elaboration, the RAM's ports, for the tests (no read is of the word
+        written in its cycle).
 
     Raises
     ------
@@ -229,8 +232,7 @@ class PerfCounters(wiring.Component):
         wr = ram.write_port()
         rp = ram.read_port()
         # No read is of the word written in its cycle (below): the iCE40 build declares
-        # that such a read may return anything (`fusetile.host.fpga`). The tests check
-        # it through these.
+        # that such a read may return anything (`fusetile.host.fpga`).
         self.ram_ports = (wr, rp)
 
         # Stage 1: the RAM word is being read; stage 2: it is added and written back

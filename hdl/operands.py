@@ -122,16 +122,14 @@ class OperandCheck(wiring.Component):
         count = [Signal(16, name=f"count{i}") for i in range(2)]
         stride = [Signal(16, name=f"stride{i}") for i in range(2)]
         product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
-        if cfg.compact:
-            # The serial products' turns, one per bit of the count, from `start`.
-            turns = Signal(range(len(count[0]) + 1))
-            with m.If(self.start):
-                m.d.sync += turns.eq(len(count[0]))
-            with m.Elif(turns != 0):
-                m.d.sync += turns.eq(turns - 1)
+        # Cycles since `start` (1 in the cycle after it), up to the answer's: `valid`.
+        step = Signal(range(cfg.check_latency(True) + 2))
         for i in range(2):
             if cfg.compact:
-                m.d.comb += product[i].eq(_serial_product(m, self.start, turns != 0, count[i],
+                # A turn of the serial products per bit of the count, in the cycles
+                # after `start` (steps 1 to 16).
+                turn = (step != 0) & (step <= len(count[i]))
+                m.d.comb += product[i].eq(_serial_product(m, self.start, turn, count[i],
                                                           stride[i], f"product{i}"))
                 continue
             m.submodules[f"mul{i}"] = mul = Multiplier(16, 16, latency=2, fabric_product=True)
@@ -253,7 +251,6 @@ class OperandCheck(wiring.Component):
             latency = Mux(strided, cfg.check_latency(True), cfg.check_latency(False))
         else:
             latency = self.LATENCY
-        step = Signal(range(cfg.check_latency(True) + 2))
         with m.If(self.start):
             m.d.sync += step.eq(1)
         with m.Elif(~self.valid):
@@ -269,7 +266,7 @@ class OperandCheck(wiring.Component):
 def _serial_product(m, start, turn, count, stride, name):
     """``count * stride`` (16-bit operands, held from ``start``) in a register, made a
     bit of ``count`` per cycle ``turn`` is high (the ``len(count)`` cycles after
-    ``start``), and held after them.
+    ``start``), and held after them while ``turn`` is low.
 
     The register holds the partial sum above the bits of ``count`` still to be
     taken: each turn adds ``stride`` to the top half when its lowest bit is set, and

@@ -115,7 +115,7 @@ class _StoreBase(wiring.Component):
         # worst path of a ULX3S build (step 32).
         reading = Signal()      # the read's word comes out of the memory this cycle
         addressing = Signal()   # (own read port) the read's address is presented
-        held = Signal()         # the read's word is registered (`held_data`; compact: `held_word`)
+        held = Signal()         # the read's word is registered (`held_data`, `held_word`)
         # A write waits while `hold` is high: the refusals do not cover that cycle.
         access = (bus.cyc & bus.stb & ~answered & ~addressing & ~reading & ~held &
                   ~(bus.we & hold))

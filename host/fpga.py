@@ -95,8 +95,8 @@ UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
 # word only after its flush is written: `hdl/counters.py`, asserted by
 # tests/test_counters.py) and the staging buffer's (entries are written only outside a
 # drain, and only a drain uses what is read: `hdl/staging.py`). The iCE40 build
-# declares them too: on the UP5K their emulation was 223 flip-flops that took a logic
-# cell each, and 64 LUTs. The ULX3S build keeps it until a route says its 100 MHz
+# declares them too: on the UP5K their emulation was about 223 flip-flops that took a
+# logic cell each. The ULX3S build keeps it until a route says its 100 MHz
 # holds without: its placement, with 0.02 ns to spare, follows its netlist
 # (`docs/fpga.md`).
 ICE40_UNDEFINED_COLLISIONS = [*UNDEFINED_COLLISIONS,

@@ -98,10 +98,11 @@ class TileConfig:
         Whether the units are built for area rather than for a fast clock: pipelines
         with only the registers a small FPGA's low clock needs, with cycle counts of
         their own (:attr:`vector_latency`, :attr:`unscaled_latency`,
-        :attr:`requant_latency`), which the golden
-        model follows. So far the vector unit has such a build
-        (:class:`fusetile.hdl.vector_compact.CompactVectorAlu`); the small boards'
-        choice.
+        :attr:`requant_latency`, :meth:`check_latency`), which the golden model
+        follows. So far the vector unit
+        (:class:`fusetile.hdl.vector_compact.CompactVectorAlu`), the operand check,
+        the counters, the DMA engine, the instruction stores' host reads and the
+        compute command have such a build; the small boards' choice.
 
     Raises
     ------
