@@ -65,16 +65,23 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     arithmetic after it is that wide: a ``t`` outside them is replaced by the
     nearest value inside, of the same sign, whose ``y`` is outside the int8 range
     too (clamped, and saturated, alike). Whether ``t`` fits is whether the bits of
-    ``p >> 30`` from ``shift + _T_BITS - 1`` up are all its sign: a mask, as the
-    sticky bit's, not a second shifter. (With the deep unit's 34-bit shifter, adders
-    and comparisons the unit took 2,322 LUT4, 586 carry cells and 1,004 flip-flops
-    mapped alone at f6b567c; with these 2,238, 518 and 981.)
+    ``p >> 30`` from ``shift + _T_BITS - 1`` up are all its sign: a mask, not a second
+    shifter. The sticky bit ORs the bits each step of the shifter shifts out, with no
+    mask of its own. (With the deep unit's 34-bit shifter, adders and comparisons the
+    unit took 2,322 LUT4, 586 carry cells and 1,004 flip-flops mapped alone at
+    f6b567c; with these 2,238, 518 and 981; with the sticky bit from the shifter and
+    the mask a one-hot decode's running OR, 2,076, 497 and 888 at step 57.)
 
     Returns ``(values, saturated)``: lists of signed(8) and 1-bit registers.
     """
-    mask = _wire(m, ((Const(1, 1) << shift) - 1)[:32], f"{name}_mask")
-    # The bits of p >> 30 at and above t's top kept bit (bit shift + _T_BITS - 1).
-    top = _wire(m, ~((Const(1, 1) << (shift + (_T_BITS - 1))) - 1)[:34], f"{name}_top")
+    # The bits of p >> 30 at and above t's top kept bit (bit shift + _T_BITS - 1): a
+    # running OR of the shift's one-hot decode (a subtraction, `(1 << shift) - 1`, is
+    # a carry chain; comparisons of the shift with each bit's number are too).
+    at = _wire(m, (Const(1, 1) << shift)[:34 - (_T_BITS - 1)], f"{name}_at")
+    top = [at[0]]
+    for i in range(1, len(at)):
+        top.append(top[-1] | at[i])
+    top = _wire(m, Cat(Const(0, _T_BITS - 1), *top), f"{name}_top")
     t_min, t_max = -(1 << (_T_BITS - 1)), (1 << (_T_BITS - 1)) - 1
     values, saturated = [], []
     for lane, prod in enumerate(prods):
@@ -86,18 +93,21 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
         sign = wide[63]
         fits = _wire(m, ~((high ^ sign.replicate(34)) & top).any(), f"{name}{lane}_fits")
         # t's low bits: each step of the shifter makes only the bits the later steps
-        # and the result read.
+        # and the result read. The bits a step shifts out are below t[0]: the sticky
+        # bit ORs them, with the bits below p >> 30.
         low = high
+        shifted_out = [wide[:30].any()]
         for k in reversed(range(len(shift))):
             need = _T_BITS + (1 << k) - 1
             ext = Cat(low, low[-1].replicate((1 << k) + need - len(low)))
+            shifted_out.append(shift[k] & low[:1 << k].any())
             low = Mux(shift[k], ext[1 << k:(1 << k) + need], low[:need])
         low = _wire(m, low.as_signed(), f"{name}{lane}_low")
         t = Signal(signed(_T_BITS), name=f"{name}{lane}_t", reset_less=True)
         sticky = Signal(name=f"{name}{lane}_sticky", reset_less=True)
         m.d.sync += [
             t.eq(Mux(fits, low, Mux(sign, t_min, t_max))),
-            sticky.eq(wide[:30].any() | (wide[30:62] & mask).any()),
+            sticky.eq(Cat(*shifted_out).any()),
         ]
         y = _wire(m, (t >> 1) + zp + (t[0] & (sticky | t[1])), f"{name}{lane}_y")
         at_least_lo = _wire(m, Mux(y < lo, lo, y), f"{name}{lane}_at_least_lo")
