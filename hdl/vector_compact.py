@@ -132,10 +132,13 @@ class CompactVectorAlu(VectorAlu):
     the lane multipliers: it must be high in the cycle before a row is presented and
     low in the cycle before a scaled word is (``REQUANT_HIGH``, ``REQUANT_LOW``;
     with more than one pass, for each pass: the compute unit holds it for a whole
-    command). ``regs`` is read in each pass of a scaled word: it must hold still from
-    the cycle the word is presented to its last pass (the compute unit's VCFG
-    registers do, under a command). ``busy`` is high from the cycle after a word or a
-    row is presented until the cycle before its result is out.
+    command). ``regs`` is read in each pass of a scaled word and until its result: it
+    must hold still from the cycle a scaled word or a row is presented until its
+    result is (the compute unit's VCFG registers do: a command drains before the
+    next). A row's zero point and clamp bounds are ``regs``' ``zp_out``, ``lo`` and
+    ``hi``, as the compute unit's rows have them: the ones on ``rq`` are not read.
+    ``busy`` is high from the cycle after a word or a row is presented until the
+    cycle before its result is out.
 
     Parameters
     ----------
@@ -262,14 +265,13 @@ class CompactVectorAlu(VectorAlu):
                               [(opa[j], regs.mult_a), (opb[j], regs.mult_b)],
                               f"prod{j}", short=True)
                  for j in range(group)]
-        # The scaling registers of the operands' cycle, a row's or a word's, carried as
-        # far as they are read: the shift to the products' sum, the others a cycle on.
-        shift, zp, lo, hi = (_delay(m, Mux(rows, of_row, of_word), delay, f"scale_{name}")
-                             for of_row, of_word, name, delay in (
-                                 (row_next.shift, regs.shift, "shift", _PRODUCT_STAGES),
-                                 (row_next.zp, regs.zp_out, "zp", _PRODUCT_STAGES + 1),
-                                 (row_next.lo, regs.lo, "lo", _PRODUCT_STAGES + 1),
-                                 (row_next.hi, regs.hi, "hi", _PRODUCT_STAGES + 1)))
+        # The shift of the operands' cycle, a row's (its own, with a per-channel table)
+        # or a word's, carried to the products' sum. The zero point and the bounds are
+        # the VCFG registers', a row's too, read where they are used: they hold still
+        # until the result is out.
+        shift = _delay(m, Mux(rows, row_next.shift, regs.shift), _PRODUCT_STAGES,
+                       "scale_shift")
+        zp, lo, hi = regs.zp_out, regs.lo, regs.hi
         scaled, saturated = _whole_words(m, *_round_clamp(m, prods, shift, zp, lo, hi, "rq"),
                                          lanes, group, tail)
         row_valids = _requant_out(m, self.rq_o,

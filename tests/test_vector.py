@@ -44,17 +44,27 @@ async def stream(ctx, dut, items, collect, *, regs=None, rows=False):
     """Present ``items`` (payload dicts, or None for a bubble) one per cycle, then wait
     out the pipeline; returns ``[(cycle, payload)]`` of every valid output.
     ``regs[k]`` is presented on ``dut.regs`` with item ``k``. With ``rows``, the items
-    are REQUANT rows (``rq``, ``rq_o``, ``requant`` high)."""
+    are REQUANT rows (``rq``, ``rq_o``, ``requant`` high); the compact unit takes a
+    row's zero point and bounds from ``dut.regs``, where they are presented with it
+    and, as in the tile, must hold still until its result is out
+    (:func:`held_scaling`)."""
     inp, out = (dut.rq, dut.rq_o) if rows else (dut.i, dut.o)
     latency = dut.requant_latency if rows else dut.latency
     ctx.set(dut.requant, rows)
     await ctx.tick()                    # `requant` is registered before the rows need it
     outputs = []
+    scaling, until = None, 0            # compact rows: the registers' and their last use
     for cycle in range(len(items) + latency + 2):
         item = items[cycle] if cycle < len(items) else None
         ctx.set(inp.valid, item is not None)
         if item is not None:
             ctx.set(inp.payload, item)
+        if rows and dut.config.compact and item is not None:
+            if _scaling(item) != scaling:
+                assert cycle >= until, "a row's registers changed under the one before"
+                scaling = _scaling(item)
+                ctx.set(dut.regs, dict(zip(("zp_out", "lo", "hi"), scaling)))
+            until = cycle + latency
         if regs is not None and item is not None:
             ctx.set(dut.regs, regs[cycle])
         assert ctx.get(inp.ready) == 1
@@ -74,6 +84,28 @@ def with_bubbles(rng, items, rate=0.15, passes=1):
         where.append(len(out))
         out.append(item)
     return out, where
+
+
+def _scaling(row):
+    """A REQUANT row's zero point and bounds."""
+    return row["zp"], row["lo"], row["hi"]
+
+
+def held_scaling(dut, items):
+    """REQUANT rows ``items`` (None for a bubble) as ``dut`` may take them: built
+    compact, a row whose zero point or bounds differ from the row's before waits until
+    that row's result is out (they are the VCFG registers', which hold still under a
+    command)."""
+    if not dut.config.compact:
+        return items
+    out, before = [], None              # before: the last row's (scaling, cycle)
+    for it in items:
+        if it is not None:
+            if before is not None and _scaling(it) != before[0]:
+                out += [None] * (before[1] + dut.requant_latency - len(out))
+            before = (_scaling(it), len(out))
+        out.append(it)
+    return out
 
 
 def scaled(item):
@@ -103,6 +135,13 @@ class Words:
     def bubble(self):
         self.items.append(None)
         self.regs.append(None)
+
+    def registers_change(self):
+        """The next word comes with other registers: built compact, it waits until every
+        result before it is out (the unit reads them until then; the compute unit's
+        hold still under a command, and a command drains before the next)."""
+        while self.dut.config.compact and self.due and len(self.items) < self.due[-1]:
+            self.bubble()
 
     def add(self, item, regs=None):
         if item["op"] in (VectorOp.VADD, VectorOp.VCLAMP) or item.get("last"):
@@ -177,7 +216,8 @@ def check_rows(dut, rows, lanes):
     """Stream REQUANT ``rows`` through ``dut`` back to back: each result is the
     reference's."""
     async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(lanes), rows=True)
+        outputs = await stream(ctx, dut, held_scaling(dut, rows), collect_requant(lanes),
+                               rows=True)
         assert len(outputs) == len(rows)
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
@@ -193,7 +233,14 @@ def test_requantizer_random_back_to_back(lanes, vector_lanes, compact):
     passes = dut.config.vector_passes
     rng = random.Random(lanes)
     rows = [random_row(rng, lanes) for _ in range(600 // passes)]
-    items, where = with_bubbles(rng, rows, passes=passes)
+    if compact:
+        # A command's rows share the VCFG registers' zero point and bounds: runs of
+        # rows back to back, a wait for the results where they change.
+        for before, row in zip(rows, rows[1:]):
+            if rng.random() < 0.9:
+                row.update(zip(("zp", "lo", "hi"), _scaling(before)))
+    items = held_scaling(dut, with_bubbles(rng, rows, passes=passes)[0])
+    where = [k for k, it in enumerate(items) if it is not None]
 
     async def bench(ctx):
         outputs = await stream(ctx, dut, items, collect_requant(lanes), rows=True)
@@ -287,7 +334,8 @@ def test_requantizer_clamp_corners(compact):
             for lo, hi in ((-5, 5), (4, 4), (5, -5), (4, -6), (127, -128), (-128, 127))]
 
     async def bench(ctx):
-        outputs = await stream(ctx, dut, rows, collect_requant(len(ys)), rows=True)
+        outputs = await stream(ctx, dut, held_scaling(dut, rows), collect_requant(len(ys)),
+                               rows=True)
         assert len(outputs) == len(rows)
         for row, (_, got) in zip(rows, outputs):
             assert got == requant_reference(row), row
@@ -443,17 +491,16 @@ def check_program(config, ops, seed, count, bubble_rate=0.1):
     last_scaled = -config.vector_passes
     op_regs = None
     for _ in range(count):
-        # The compact unit reads the registers in every pass of a scaled word (they
-        # hold still under a command): an operation with registers of its own waits
-        # out the passes of the one before; half of them keep the registers, as a
+        # The compact unit reads the registers until a scaled word's result is out
+        # (they hold still under a command): an operation with registers of its own
+        # waits for the results before it; half of them keep the registers, as a
         # command's words do, and need not.
         held = config.compact and op_regs is not None and rng.random() < 0.5
         before = op_regs
         op_items, result, op_regs = rng.choice(ops)(rng, lanes,
                                                     before if held else random_regs(rng))
-        if config.compact and op_regs != before:
-            while len(words.items) - last_scaled < config.vector_passes:
-                words.bubble()
+        if op_regs != before:
+            words.registers_change()
         for it in op_items:
             while rng.random() < bubble_rate or \
                     (scaled(it) and len(words.items) - last_scaled < config.vector_passes):
@@ -509,7 +556,7 @@ def test_alu_vadd_extremes(compact):
     lanes = config.word_bytes
     dut = vector_alu(config)
     words = [[-128, 127, 0, -1, 1, -128, 127, 64], [127, -128, 0, 1, -1, -128, 127, -64]]
-    items, regs, results = [], [], []
+    stream_words, results = Words(dut), []
     for mult_a in (0, 2**31 - 1):
         for mult_b in (0, 2**31 - 1):
             for shift in (0, 31):
@@ -521,12 +568,13 @@ def test_alu_vadd_extremes(compact):
                              "hi": hi}
                         a, b = words if (shift + zp_out) % 2 else words[::-1]
                         out, sat = arith.vadd(a, b, **r)
-                        items.append(item(lanes, VectorOp.VADD, a, b=b))
-                        regs.append(r)
+                        stream_words.registers_change()
+                        stream_words.add(item(lanes, VectorOp.VADD, a, b=b), r)
                         results.append(expected(lanes, VectorOp.VADD, out, sat))
 
     async def bench(ctx):
-        outputs = await stream(ctx, dut, items, collect_alu(lanes), regs=regs)
+        outputs = await stream(ctx, dut, stream_words.items, collect_alu(lanes),
+                               regs=stream_words.regs)
         assert [got for _, got in outputs] == results
         # The extremes do saturate: the counter sees it.
         assert sum(got[3] for _, got in outputs) > 0
@@ -655,6 +703,9 @@ def test_rows_and_words_share_the_multipliers(compact):
     lanes = 8
     dut = vector_alu(TileConfig(word_bytes=lanes, compact=compact))
     rng = random.Random(11)
+    # Built compact, the unit reads the registers until a result is out, a row's zero
+    # point and bounds among them: one command's registers for every item.
+    common = random_regs(rng) if compact else None
     need = {}                           # cycle -> the `requant` it must have
     rows, words = {}, {}                # cycle -> (payload, expected[, regs])
     cursor = {"row": 1, "word": 1}
@@ -664,10 +715,12 @@ def test_rows_and_words_share_the_multipliers(compact):
         kind = rng.choice(["row", "word"])
         if kind == "row":
             row = random_row(rng, lanes)
+            if compact:
+                row.update(zp=common["zp_out"], lo=common["lo"], hi=common["hi"])
             payload, want, mode, regs = row, requant_reference(row), (dut.REQUANT_HIGH, 1), None
         else:
             make = rng.choice([op_vadd, op_vadd, op_vclamp])
-            [payload], want, regs = make(rng, lanes, random_regs(rng))
+            [payload], want, regs = make(rng, lanes, common or random_regs(rng))
             mode = (dut.REQUANT_LOW, 0) if payload["op"] == VectorOp.VADD else None
         at = max(at, cursor[kind])
         while (mode is not None and any(need.get(at + k, mode[1]) != mode[1]
@@ -688,6 +741,8 @@ def test_rows_and_words_share_the_multipliers(compact):
 
     async def bench(ctx):
         got_rows, got_words = {}, {}
+        if compact:
+            ctx.set(dut.regs, common)
         for cycle in range(end):
             ctx.set(dut.requant, need.get(cycle, rng.randrange(2)))
             ctx.set(dut.rq.valid, cycle in rows)
