@@ -209,6 +209,34 @@ class OperandCheck(wiring.Component):
                 m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
                                        max(r.value for r in VectorCfg))
 
+        if cfg.compact:
+            outside = self._compact_ends(m, base, extra, adds, product, used, counted)
+        else:
+            outside = self._ends(m, base, extra, adds, product, used, counted)
+
+        # `valid`: cycles since `start`, up to the answer's (built for area, later for
+        # an instruction with products).
+        slow = Signal()         # VPOOL: the sum is compared a cycle later
+        m.d.comb += slow.eq(Cat(mask == 0b11 for mask in adds).any())
+        if cfg.compact:
+            strided = Cat(mask != 0 for mask in adds).any()
+            latency = Mux(strided, cfg.check_latency(True), cfg.check_latency(False))
+        else:
+            latency = self.LATENCY
+        with m.If(self.start):
+            m.d.sync += step.eq(1)
+        with m.Elif(~self.valid):
+            m.d.sync += step.eq(step + 1)
+        m.d.comb += [
+            self.valid.eq(~self.start & (step == latency + slow)),
+            self.used.eq(Mux(counted, used, 0)), self.illegal.eq(illegal),
+            self.outside.eq(Cat(*outside)),
+        ]
+        return m
+
+    def _ends(self, m, base, extra, adds, product, used, counted):
+        """The operands outside the partition (``outside``'s bits), and their ends,
+        built for speed: with no adder in front of a comparison."""
         # Stage 2 (registers): the room each partition leaves after the operand's base,
         # and whether the operand's extra reaches it.
         room = [Signal(range(-(1 << 16), 1 << 17), name=f"room{i}") for i in range(MAX_OPERANDS)]
@@ -237,30 +265,30 @@ class OperandCheck(wiring.Component):
             outside.append(used[i] & counted & reached)
             # The ends, a cycle later (they are the fault's address, read in the cycle
             # after the decision to fault).
-            extent = Mux(adds[i] == 0b11, both_sum,
-                         Mux(adds[i][0], product[0], 0) | Mux(adds[i][1], product[1], 0) |
-                         extra[i])
-            m.d.sync += self.ends[i].eq(base[i] + extent)
+            m.d.sync += self.ends[i].eq(base[i] + _extent(extra[i], adds[i], product, both_sum))
+        return outside
 
-        # `valid`: cycles since `start`, up to the answer's (built for area, later for
-        # an instruction with products).
-        slow = Signal()         # VPOOL: the sum is compared a cycle later
-        m.d.comb += slow.eq(Cat(mask == 0b11 for mask in adds).any())
-        if cfg.compact:
-            strided = Cat(mask != 0 for mask in adds).any()
-            latency = Mux(strided, cfg.check_latency(True), cfg.check_latency(False))
-        else:
-            latency = self.LATENCY
-        with m.If(self.start):
-            m.d.sync += step.eq(1)
-        with m.Elif(~self.valid):
-            m.d.sync += step.eq(step + 1)
-        m.d.comb += [
-            self.valid.eq(~self.start & (step == latency + slow)),
-            self.used.eq(Mux(counted, used, 0)), self.illegal.eq(illegal),
-            self.outside.eq(Cat(*outside)),
-        ]
-        return m
+    def _compact_ends(self, m, base, extra, adds, product, used, counted):
+        """:meth:`_ends` built for area: each operand's end itself, ``base + extent``,
+        compared with the limit in the answer's cycle (an adder and a comparison per
+        operand), where the room is a subtraction and a comparison with each thing an
+        end may add (its extra, a product, both)."""
+        both_sum = Signal(_END_BITS)
+        m.d.sync += both_sum.eq(product[0] + product[1])
+        outside = []
+        for i in range(MAX_OPERANDS):
+            end = Signal(_END_BITS + 1, name=f"end{i}")
+            m.d.comb += end.eq(base[i] + _extent(extra[i], adds[i], product, both_sum))
+            m.d.sync += self.ends[i].eq(end)
+            outside.append(used[i] & counted & at_least(end, self.limit))
+        return outside
+
+
+def _extent(extra, adds, product, both_sum):
+    """What an operand's end adds to its base: its extra, or the products it adds
+    (``adds``; both: their registered sum)."""
+    return Mux(adds == 0b11, both_sum,
+               Mux(adds[0], product[0], 0) | Mux(adds[1], product[1], 0) | extra)
 
 
 def _serial_product(m, start, turn, count, stride, name):
