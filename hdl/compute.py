@@ -434,7 +434,8 @@ class ComputeUnit(wiring.Component):
         # so the partition test of a step is a comparison beside the pointer's adder,
         # not after it (`ptr_a + step_a` through the test into `a_out` was the worst
         # path of step 37's best ULX3S build, 11.09 ns). `room_row` is VPOOL's, for
-        # the step from one output's window to the next (`in_step`).
+        # the step from one output's window to the next (`in_step`). Built for area,
+        # the rooms are not read (step(), below), and not built.
         room_a = Signal(signed(_ADDR_BITS + 1))
         room_b = Signal(signed(_ADDR_BITS + 1))
         room_row = Signal(signed(_ADDR_BITS + 1))
@@ -475,7 +476,11 @@ class ComputeUnit(wiring.Component):
         def step(ptr, out, start, stride, room):
             """Set ``ptr`` to ``start + stride`` and ``out`` to its partition test, made
             against ``room`` (``limit - stride``) from ``start`` (a carry chain, as in
-            point())."""
+            point()). Built for area, the test is of the sum itself against the limit,
+            after the adder: the rooms, and their subtractions, are not built."""
+            if cfg.compact:
+                total = start + stride
+                return [ptr.eq(total[:len(ptr)]), out.eq(at_least(total, self.limit))]
             return [ptr.eq((start + stride)[:len(ptr)]), out.eq(at_least(start, room))]
 
         # The opcode, decoded as the command is accepted (below): one flip-flop per
