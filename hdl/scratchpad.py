@@ -291,25 +291,40 @@ class Scratchpad(wiring.Component):
         comparisons and the subtraction were 136 of the ULX3S build's late endpoints).
         A length written reaches the checks two cycles later, a base three (its room,
         the limit, the open partition's limit), sooner than the host's next bus access
-        can start a kernel."""
+        can start a kernel. Built for area, the open partition's limit alone is worked
+        out, after the selection: a base or a length written reaches the checks a
+        cycle later."""
         cfg = self._config
+
+        def room(base):
+            """Words from ``base`` to the scratchpad's end (0 unless it is the first word
+            of a row)."""
+            aligned = _bank_row(base, cfg)[0] == 0
+            return Mux((base < cfg.spad_words) & aligned, cfg.spad_words - base, 0)
+
         limits = []
-        for p in range(cfg.partitions):
+        for p in range(0 if cfg.compact else cfg.partitions):
             base, length = self.part_base[p], self.part_len[p]
-            room = Signal(17, name=f"part{p}_room")      # words from base to the end
-            limit = Signal(17, name=f"part{p}_limit")
-            aligned = _bank_row(base, cfg)[0] == 0      # the first word of a row
-            m.d.sync += room.eq(Mux((base < cfg.spad_words) & aligned,
-                                    cfg.spad_words - base, 0))
-            m.d.sync += limit.eq(Mux(length < room, length, room))
-            limits.append(limit)
+            part_room = Signal(17, name=f"part{p}_room")
+            part_limit = Signal(17, name=f"part{p}_limit")
+            m.d.sync += part_room.eq(room(base))
+            m.d.sync += part_limit.eq(Mux(length < part_room, length, part_room))
+            limits.append(part_limit)
         open_part = Signal(4)
         m.d.sync += open_part.eq(self.part)
         first_row = Signal(16)
         limit = Signal(17)
         bases = [_bank_row(self.part_base[p], cfg)[1] for p in range(cfg.partitions)]
-        m.d.comb += [first_row.eq(_select(bases, self.part)),
-                     limit.eq(_select(limits, self.part))]
+        if cfg.compact:
+            # Built for area, only the open partition's limit is worked out, from its
+            # entry after the selection, in the cycle the partition opens.
+            base, length = _select(self.part_base, self.part), _select(self.part_len, self.part)
+            open_room = room(base)
+            m.d.comb += [first_row.eq(_select(bases, self.part)),
+                         limit.eq(Mux(length < open_room, length, open_room))]
+        else:
+            m.d.comb += [first_row.eq(_select(bases, self.part)),
+                         limit.eq(_select(limits, self.part))]
         m.d.sync += self.limit.eq(limit)
         # Each port tests and places its accesses with registers of its own, copies
         # (`copy`) that the build keeps apart: one register for all four ports sat
