@@ -43,7 +43,7 @@ class CsrBank(wiring.Component):
       :attr:`READ_GROUP` registers, the one after the group's (the address decode and
       the multiplexer over every register, one after the other, were the ULX3S build's
       routed worst path, step 28; the multiplexer alone was 19 of step 34's late
-      endpoints);
+      endpoints); built for area (``compact``), all the registers are one group;
     * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter
       (from the decode) and ACKs with bits [31:0] of its value the cycle after the
       answer, latching bits [63:32] into a shadow register shared by all counters; a
@@ -65,6 +65,10 @@ class CsrBank(wiring.Component):
     memory_map : MemoryMap
     addr_width : int
         Word address bits of the bus; the CSR window is ``4 << addr_width`` bytes.
+    compact : bool
+        Built for area (:attr:`TileConfig.compact`): a read's value is selected among
+        all the registers in one cycle, with no register per group (the same
+        latency).
 
     Attributes
     ----------
@@ -106,7 +110,7 @@ class CsrBank(wiring.Component):
     #: Registers per group of the read multiplexer's first stage (a power of two).
     READ_GROUP = 8
 
-    def __init__(self, memory_map, *, addr_width=10):
+    def __init__(self, memory_map, *, addr_width=10, compact=False):
         if not isinstance(memory_map, MemoryMap):
             raise TypeError(f"memory_map must be a MemoryMap, not {memory_map!r}")
         if not isinstance(addr_width, int) or isinstance(addr_width, bool) or addr_width < 1:
@@ -136,6 +140,7 @@ class CsrBank(wiring.Component):
             if reg.writable:
                 self.refuse[reg.name] = Signal(name=_signal_name("csr", reg.name, "refuse"))
         self.counter_names = [e.item.name for e in self._counters]
+        self.compact = bool(compact)
 
         members = {
             "bus": In(wishbone.Signature(addr_width=addr_width)),
@@ -186,7 +191,7 @@ class CsrBank(wiring.Component):
         # next cycle registers its value in each group of READ_GROUP registers
         # (`grouped`), the one after answers with its group's.
         values = [self._read_value(entry.item) for entry in self._registers] + [shadow]
-        n = self.READ_GROUP
+        n = len(values) if self.compact else self.READ_GROUP
         groups = [values[i:i + n] for i in range(0, len(values), n)]
         reading = Signal()          # read_sel names the register read
         answering = Signal()        # `grouped` holds its value

@@ -94,7 +94,8 @@ class Tile(wiring.Component):
         cfg = self.config
         mm = self.memory_map
 
-        m.submodules.csr = csr = CsrBank(mm, addr_width=(CSR_SPAN // 4).bit_length() - 1)
+        m.submodules.csr = csr = CsrBank(mm, addr_width=(CSR_SPAN // 4).bit_length() - 1,
+                                         compact=cfg.compact)
         m.submodules.gmem = gmem = GlobalMemory(cfg, ports=self.gmem_ports)
         m.submodules.spad = spad = Scratchpad(cfg)
         m.submodules.dma = dma = Dma(cfg)

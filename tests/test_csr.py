@@ -20,6 +20,9 @@ from wb_helpers import raises_in_constructor, wb_read, wb_write
 
 
 MM = tile_memory_map(TileConfig())
+#: The behaviour tests run on both builds: built for area (``compact``), a read's
+#: value is selected among all the registers at once.
+BUILDS = pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
 
 
 def word(name, hi=False):
@@ -81,8 +84,9 @@ def test_elaborates_to_rtlil():
     rtlil.convert(CsrBank(MM))
 
 
-def test_rw_storage_and_init():
-    bank = CsrBank(MM)
+@BUILDS
+def test_rw_storage_and_init(compact):
+    bank = CsrBank(MM, compact=compact)
 
     async def bench(ctx):
         assert ctx.get(bank.fields["IRQ_ENABLE"]["fault"]) == 1
@@ -109,8 +113,9 @@ def test_rw_storage_and_init():
     run(bank, bench)
 
 
-def test_r_fields_read_parent_values():
-    bank = CsrBank(MM)
+@BUILDS
+def test_r_fields_read_parent_values(compact):
+    bank = CsrBank(MM, compact=compact)
 
     async def bench(ctx):
         ctx.set(bank.fields["ID"]["magic"], 0x4654494C)
@@ -133,8 +138,9 @@ def test_r_fields_read_parent_values():
     run(bank, bench)
 
 
-def test_w1_pulses_one_cycle():
-    bank = CsrBank(MM)
+@BUILDS
+def test_w1_pulses_one_cycle(compact):
+    bank = CsrBank(MM, compact=compact)
     ctrl = bank.fields["CTRL"]
     log = []
     monitor = pulse_monitor({**ctrl, "ack": bank.bus.ack, "clear": bank.fields["PERF_CTRL"]["clear"]},
@@ -167,8 +173,9 @@ def test_w1_pulses_one_cycle():
     run(bank, bench, monitors=[monitor])
 
 
-def test_read_strobe_pops_after_read():
-    bank = CsrBank(MM)
+@BUILDS
+def test_read_strobe_pops_after_read(compact):
+    bank = CsrBank(MM, compact=compact)
     strobe = bank.read_strobe["TRACE_DATA"]
     data = bank.fields["TRACE_DATA"]["data"]
     fifo = [0x111, 0x222, 0x333]
@@ -202,8 +209,9 @@ def test_read_strobe_pops_after_read():
                                                      log)])
 
 
-def test_refuse():
-    bank = CsrBank(MM)
+@BUILDS
+def test_refuse(compact):
+    bank = CsrBank(MM, compact=compact)
     log = []
     monitor = pulse_monitor({"refused": bank.refused, "err": bank.bus.err}, log)
 
@@ -255,8 +263,9 @@ def counter_responder(bank, values, delays):
     return responder
 
 
-def test_counter_lo_hi_latching():
-    bank = CsrBank(MM)
+@BUILDS
+def test_counter_lo_hi_latching(compact):
+    bank = CsrBank(MM, compact=compact)
     values = {"CYCLES": 0x11111111_22222222, "SLOT_CALLS[2]": 0xAAAAAAAA_BBBBBBBB}
 
     async def bench(ctx):
@@ -274,10 +283,11 @@ def test_counter_lo_hi_latching():
     run(bank, bench, monitors=[counter_responder(bank, values, [0, 5, 2])])
 
 
-def test_counter_read_waits_for_the_counters():
+@BUILDS
+def test_counter_read_waits_for_the_counters(compact):
     """A LO read is answered the cycle after the counters answer, however long they
     take, and not before."""
-    bank = CsrBank(MM)
+    bank = CsrBank(MM, compact=compact)
 
     async def bench(ctx):
         for delay in (7, 0, 3):
@@ -301,8 +311,9 @@ def test_counter_read_waits_for_the_counters():
                                                  [7, 0, 3])])
 
 
-def test_errors():
-    bank = CsrBank(MM)
+@BUILDS
+def test_errors(compact):
+    bank = CsrBank(MM, compact=compact)
 
     async def bench(ctx):
         # Registers without a writable field.
@@ -384,11 +395,12 @@ def test_converts_to_verilog():
     assert "module csr_top" in text
 
 
-def test_answer_latency():
+@BUILDS
+def test_answer_latency(compact):
     """A register write is answered three cycles after it is seen, a read four (the
     access is registered, decoded, then the read's value is selected within its group
     of registers, then among the groups), an ERR from the decode two."""
-    bank = CsrBank(MM)
+    bank = CsrBank(MM, compact=compact)
 
     async def answered_after(ctx, addr, we, data=0, sel=0b1111):
         bus = bank.bus
@@ -427,11 +439,12 @@ def test_answer_latency():
     run(bank, bench)
 
 
-def test_back_to_back_accesses():
+@BUILDS
+def test_back_to_back_accesses(compact):
     """A master that keeps ``cyc`` and ``stb`` high and presents its next access the
     cycle after an answer (it holds the last one through the answer's cycle) gets each
     answered once, from its own address."""
-    bank = CsrBank(MM)
+    bank = CsrBank(MM, compact=compact)
     bus = bank.bus
     log = []
 
@@ -468,10 +481,11 @@ def test_back_to_back_accesses():
     run(bank, bench)
 
 
-def test_withdrawn_access_is_not_decoded():
+@BUILDS
+def test_withdrawn_access_is_not_decoded(compact):
     """An access the master drops the cycle after it is seen is neither answered nor
     performed, and the next one is decoded from its own address."""
-    bank = CsrBank(MM)
+    bank = CsrBank(MM, compact=compact)
     bus = bank.bus
     log = []
     monitor = pulse_monitor({"ack": bus.ack, "err": bus.err}, log)
@@ -497,10 +511,11 @@ def test_withdrawn_access_is_not_decoded():
     run(bank, bench, monitors=[monitor])
 
 
-def test_refuse_in_the_cycle_of_the_answer():
+@BUILDS
+def test_refuse_in_the_cycle_of_the_answer(compact):
     """A write is refused if ``refuse`` is high in the cycle its answer is decided (the
     cycle before the ERR), whatever it was in the cycles before."""
-    bank = CsrBank(MM)
+    bank = CsrBank(MM, compact=compact)
     bus = bank.bus
     refuse = bank.refuse["WATCHDOG"]
 
@@ -533,10 +548,11 @@ def test_refuse_in_the_cycle_of_the_answer():
     run(bank, bench)
 
 
-def test_hold_delays_the_deciding_cycle():
+@BUILDS
+def test_hold_delays_the_deciding_cycle(compact):
     """A write waits while ``hold`` is high in its deciding cycle, and is then performed
     or refused by ``refuse`` as it is in the cycle it goes on; reads do not wait."""
-    bank = CsrBank(MM)
+    bank = CsrBank(MM, compact=compact)
     bus = bank.bus
     refuse = bank.refuse["WATCHDOG"]
 
