@@ -309,7 +309,12 @@ class Dma(wiring.Component):
             with m.Else():
                 m.d.sync += [col.eq(col + 1), col_last.eq(col + 1 == last_col)]
                 # (No address used wraps: `_address_bits`.)
-                set_saddr(saddr + 1, saddr >= limit_less_1)
+                if cfg.compact:
+                    # Built for area, the next offset itself against the limit (no
+                    # `limit_less_1`, which is then left out).
+                    set_saddr(saddr + 1, saddr + 1 >= self.limit)
+                else:
+                    set_saddr(saddr + 1, saddr >= limit_less_1)
                 set_gaddr(gaddr + 1, gaddr >= cfg.gmem_words - 1)
 
         # The ports are driven from the engine's own state only; `abort` acts last: on
