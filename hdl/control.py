@@ -704,7 +704,8 @@ class ControlUnit(wiring.Component):
         # three cycles before the check takes the partition's length (MICRO_FETCH and
         # the check's first cycle between), and the extent follows a cycle after the
         # slot, so the check compares with the slot's own extent. The ends are the
-        # check's registers, valid from the cycle after its answer.
+        # check's registers (built for area, its sums), valid from the cycle after its
+        # answer while the instruction is held.
         outside = Signal.like(check.outside)
         outside_end = Signal(32)    # the end of the first operand outside the partition
         for i in reversed(range(len(outside))):

@@ -88,7 +88,7 @@ class OperandCheck(wiring.Component):
         ``illegal``, ``used`` and ``outside`` are the instruction's, from this cycle
         (:attr:`LATENCY` cycles after ``start``, or built for area
         :meth:`TileConfig.check_latency`; VPOOL one more) while it is held;
-        ``ends`` from the cycle after.
+        ``ends`` from the cycle after (built for area, from this one).
     """
 
     #: Cycles from ``start`` to ``valid``, but for VPOOL (one more), built for speed.
@@ -272,14 +272,17 @@ class OperandCheck(wiring.Component):
         """:meth:`_ends` built for area: each operand's end itself, ``base + extent``,
         compared with the limit in the answer's cycle (an adder and a comparison per
         operand), where the room is a subtraction and a comparison with each thing an
-        end may add (its extra, a product, both)."""
+        end may add (its extra, a product, both). ``ends`` are those sums, with no
+        register: what they add holds still while the instruction is held (a register
+        after an adder that also feeds a comparison takes a logic cell per bit of its
+        own on an iCE40)."""
         both_sum = Signal(_END_BITS)
         m.d.sync += both_sum.eq(product[0] + product[1])
         outside = []
         for i in range(MAX_OPERANDS):
             end = Signal(_END_BITS + 1, name=f"end{i}")
-            m.d.comb += end.eq(base[i] + _extent(extra[i], adds[i], product, both_sum))
-            m.d.sync += self.ends[i].eq(end)
+            m.d.comb += [end.eq(base[i] + _extent(extra[i], adds[i], product, both_sum)),
+                         self.ends[i].eq(end)]
             outside.append(used[i] & counted & at_least(end, self.limit))
         return outside
 
