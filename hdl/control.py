@@ -555,15 +555,23 @@ class ControlUnit(wiring.Component):
         # by `sel` after: the selection of the index register, then the carry of its
         # sum with `a` (or its comparison with the length) from the store's word, was
         # the ULX3S build's worst path (e2bfed1, from the store's output then).
-        index_past = [self.index[i][pc_bits:].any() |
-                      (fetched.a[:pc_bits] + self.index[i][:pc_bits])[pc_bits]
-                      for i in range(INDEX_REGS)]
-        index_outside = [self.index[i] >= fetched.b for i in range(INDEX_REGS)]
-        switched_past = a_past | Array(index_past)[fetched.sel[:2]]
-        # ... and so is the target: `a` plus every index register, selected after the
-        # adders (with the selection in front of the adder it was 14 of step 33's late
-        # endpoints, 11.5 ns into `goto`).
-        switched = Array(fetched.a + self.index[i] for i in range(INDEX_REGS))
+        # Built for area, the index register is selected first (`fetched_where`), and
+        # one adder and one comparison follow.
+        if cfg.compact:
+            switched_past = (a_past | fetched_where[pc_bits:].any() |
+                             (fetched.a[:pc_bits] + fetched_where[:pc_bits])[pc_bits])
+            switched_target = fetched.a + fetched_where
+            where_outside_value = fetched_where >= fetched.b
+        else:
+            index_past = [self.index[i][pc_bits:].any() |
+                          (fetched.a[:pc_bits] + self.index[i][:pc_bits])[pc_bits]
+                          for i in range(INDEX_REGS)]
+            index_outside = [self.index[i] >= fetched.b for i in range(INDEX_REGS)]
+            switched_past = a_past | Array(index_past)[fetched.sel[:2]]
+            # ... and so is the target: `a` plus every index register, selected after
+            # the adders (with the selection in front of the adder it was 14 of step
+            # 33's late endpoints, 11.5 ns into `goto`).
+            switched = Array(fetched.a + self.index[i] for i in range(INDEX_REGS))
         m.d.comb += fetched_outside.eq(next_past)
         with m.Switch(fetched.op):
             with m.Case(PlanOp.JUMP):
@@ -572,7 +580,8 @@ class ControlUnit(wiring.Component):
                 m.d.comb += [fetched_target.eq(Mux(fetched_taken, fetched.a, next_q)),
                              fetched_outside.eq(Mux(fetched_taken, a_past, next_past))]
             with m.Case(PlanOp.SWITCH):
-                m.d.comb += [fetched_target.eq(switched[fetched.sel[:2]]),
+                m.d.comb += [fetched_target.eq(switched_target if cfg.compact
+                                               else switched[fetched.sel[:2]]),
                              fetched_outside.eq(switched_past)]
         # Whether the instruction is illegal: an operand out of its range, or ASSUME,
         # COMMIT and DONE in or out of a speculative region. (`speculating` cannot
@@ -646,7 +655,8 @@ class ControlUnit(wiring.Component):
             # abandons (step 33's worst).
             fetched_slot_ok.eq((fetched.sel < cfg.kernel_slots) &
                                self.slot_valid.bit_select(fetched.sel, 1)),
-            fetched_where_outside.eq(Array(index_outside)[fetched.sel[:2]]),
+            fetched_where_outside.eq(where_outside_value if cfg.compact
+                                     else Array(index_outside)[fetched.sel[:2]]),
             fetched_goes.eq(fetched.op.as_value().matches(
                 PlanOp.NOP, PlanOp.MARK, PlanOp.JUMP, PlanOp.BRANCH, PlanOp.SWITCH,
                 PlanOp.ASSUME)),
