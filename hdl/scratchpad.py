@@ -303,13 +303,14 @@ class Scratchpad(wiring.Component):
             return Mux((base < cfg.spad_words) & aligned, cfg.spad_words - base, 0)
 
         limits = []
-        for p in range(0 if cfg.compact else cfg.partitions):
-            base, length = self.part_base[p], self.part_len[p]
-            part_room = Signal(17, name=f"part{p}_room")
-            part_limit = Signal(17, name=f"part{p}_limit")
-            m.d.sync += part_room.eq(room(base))
-            m.d.sync += part_limit.eq(Mux(length < part_room, length, part_room))
-            limits.append(part_limit)
+        if not cfg.compact:
+            for p in range(cfg.partitions):
+                base, length = self.part_base[p], self.part_len[p]
+                part_room = Signal(17, name=f"part{p}_room")
+                part_limit = Signal(17, name=f"part{p}_limit")
+                m.d.sync += part_room.eq(room(base))
+                m.d.sync += part_limit.eq(Mux(length < part_room, length, part_room))
+                limits.append(part_limit)
         open_part = Signal(4)
         m.d.sync += open_part.eq(self.part)
         first_row = Signal(16)

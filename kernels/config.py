@@ -101,8 +101,10 @@ class TileConfig:
         :attr:`requant_latency`, :meth:`check_latency`), which the golden model
         follows. So far the vector unit
         (:class:`fusetile.hdl.vector_compact.CompactVectorAlu`), the operand check,
-        the counters, the DMA engine, the instruction stores' host reads and the
-        compute command have such a build; the small boards' choice.
+        the counters, the DMA engine, the instruction stores' host reads, the
+        compute command, the compute sequencer's and the scratchpad's partition
+        tests, the CSR bank's reads and the plan decode's SWITCH have such a build;
+        the small boards' choice.
 
     Raises
     ------

@@ -42,8 +42,8 @@ and the unit was idle the cycle before (else the sequencer stalls, counted in
 ``stall_compute``), retires in 5 cycles (fetch, three of check, issue; VPOOL 6; on a
 tile built for area MATMUL, REQUANT and VPOOL check 15 cycles longer, their products
 made in the fabric a bit per cycle) and goes into the register; the unit takes it the
-next cycle, when it takes effect at once (all of it), and is busy for the next ``extra`` cycles. ``WAIT`` with ``compute`` and ``RET`` wait
-as an issue does:
+next cycle, when it takes effect at once (all of it), and is busy for the next
+``extra`` cycles. ``WAIT`` with ``compute`` and ``RET`` wait as an issue does:
 
 =========  ====================================================  ========
 op         busy cycles (``extra``)                               unit
