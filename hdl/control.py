@@ -408,6 +408,22 @@ class ControlUnit(wiring.Component):
                      words_out.eq(self.in_kernel & self.dma_word_out),
                      mac_busy.eq(self.in_kernel & self.mac_busy),
                      vec_busy.eq(self.in_kernel & self.vec_busy)]
+        # Built for area, the record's statistics hold still for two cycles after its
+        # push, so that the trace FIFO writes them from here rather than from a copy
+        # (TraceFifo's `compact`): they stop with `in_kernel`, which falls after the
+        # push, and the next CALL zeroes them two cycles later at the soonest (a plan
+        # fetch, then the CALL). The last cycle's pulses are added to the sums only
+        # while `in_kernel` is high, and the DMA's busy bit is not added in the cycle of
+        # the push (the record does not count it), so that the sums that went into the
+        # pushed record are the record after it.
+        dma_busy = self.dma_busy
+        if cfg.compact:
+            dma_busy = self.dma_busy & ~self.trace_push
+            last = self.in_kernel
+            pulses = [pulse & last for pulse in (words_in, words_out, mac_busy, vec_busy)]
+        else:
+            last = 1
+            pulses = [words_in, words_out, mac_busy, vec_busy]
         record = self.trace_record
         m.d.comb += [
             record.slot.eq(self.slot),
@@ -415,21 +431,23 @@ class ControlUnit(wiring.Component):
             record.pc.eq(call_pc),
             record.start.eq(call_start),
             # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
-            record.cycles.eq(call_cycles + 1),
+            record.cycles.eq(call_cycles + last),
             record.dma_busy.eq(call_dma_busy),
-            record.bytes_in.eq((call_words_in + words_in) * cfg.word_bytes),
-            record.bytes_out.eq((call_words_out + words_out) * cfg.word_bytes),
-            record.mac_busy.eq(call_mac_busy + mac_busy),
-            record.vec_busy.eq(call_vec_busy + vec_busy),
+            record.bytes_in.eq((call_words_in + pulses[0]) * cfg.word_bytes),
+            record.bytes_out.eq((call_words_out + pulses[1]) * cfg.word_bytes),
+            record.mac_busy.eq(call_mac_busy + pulses[2]),
+            record.vec_busy.eq(call_vec_busy + pulses[3]),
         ]
+        # (The sums are the record's, so that each adder is one: `last` and the pulses
+        # gated by `in_kernel` are the same here, where it is high.)
         with m.If(self.in_kernel):
             m.d.sync += [
-                call_cycles.eq(call_cycles + 1),
-                call_dma_busy.eq(call_dma_busy + self.dma_busy),
-                call_words_in.eq(call_words_in + words_in),
-                call_words_out.eq(call_words_out + words_out),
-                call_mac_busy.eq(call_mac_busy + mac_busy),
-                call_vec_busy.eq(call_vec_busy + vec_busy),
+                call_cycles.eq(call_cycles + last),
+                call_dma_busy.eq(call_dma_busy + dma_busy),
+                call_words_in.eq(call_words_in + pulses[0]),
+                call_words_out.eq(call_words_out + pulses[1]),
+                call_mac_busy.eq(call_mac_busy + pulses[2]),
+                call_vec_busy.eq(call_vec_busy + pulses[3]),
             ]
 
         m.d.comb += self.events.active.eq(self.running)

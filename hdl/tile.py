@@ -106,7 +106,8 @@ class Tile(wiring.Component):
         m.submodules.kernels = kernels = KernelStore(cfg, shared_read=shared)
         m.submodules.control = ctrl = ControlUnit(cfg)
         m.submodules.compute = compute = ComputeUnit(cfg)
-        m.submodules.trace = trace = TraceFifo(cfg.trace_depth, width=self.trace_width)
+        m.submodules.trace = trace = TraceFifo(cfg.trace_depth, width=self.trace_width,
+                                                compact=cfg.compact)
 
         # -- bus fabric -------------------------------------------------------------
         m.submodules.decoder = dec = wishbone.Decoder(addr_width=ADDR_WIDTH - 2)

@@ -54,17 +54,32 @@ class TraceFifo(wiring.Component):
     but one-instruction kernels between them: the dropped record is the one of the
     call that stopped the tile, which ``FAULT`` and ``FAULT_PC`` describe.
 
+    Built for area (``compact``), the FIFO keeps no copy of a whole record: the
+    control unit built so holds ``record`` still from the push until two cycles
+    after, and the FIFO writes the first beat in the cycle of the push and the middle
+    ones from ``record`` in the next cycles, keeping only the last beat (and, for a
+    record that comes while that beat of the one before is still to write, the first
+    too, written after the middle ones). ``level`` counts a record, and ``dropped``
+    a record dropped, as above, with one exception: a record that starts late is in
+    ``level`` three cycles later than a first beat written in time would be. On the
+    iCEBreaker's build that left out about 180 of 242 flip-flops (docs/fpga-timing.md,
+    step 58).
+
     Parameters
     ----------
     depth : int
         Records held (a power of two).
     width : int
         Bits of the memory: 256 (a record per word), 128 or 64.
+    compact : bool
+        Write from ``record`` held still for the two cycles after the push, rather
+        than from a copy.
 
     Attributes
     ----------
     push : In(1)
-        Append ``record`` (written from the next cycle).
+        Append ``record`` (written from the next cycle, or from this one if
+        ``compact``).
     record : In(TraceRecord)
     read : In(1)
         The host read ``data`` this cycle: advance.
@@ -94,7 +109,7 @@ class TraceFifo(wiring.Component):
 
     WIDTHS = (256, 128, 64)
 
-    def __init__(self, depth, *, width=256):
+    def __init__(self, depth, *, width=256, compact=False):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two >= 2, not {depth!r}")
         if width not in self.WIDTHS:
@@ -102,6 +117,7 @@ class TraceFifo(wiring.Component):
                              f"not {width!r}")
         self.depth = depth
         self.width = width
+        self.compact = compact
         super().__init__()
 
     def elaborate(self, platform):
@@ -138,6 +154,30 @@ class TraceFifo(wiring.Component):
         words = Array(rd.data[32 * i:32 * (i + 1)] for i in range(word_beats))
         m.d.sync += self.data.eq(words[word % word_beats] & ~empty.replicate(32))
 
+        writer = self._compact_writer if self.compact else self._writer
+        taken, counted, lost, resets = writer(m, wr, address, beats, beat_bits, ptr_bits, tail,
+                                              count, full, pop)
+        with m.If(self.clear):
+            m.d.sync += [head.eq(0), tail.eq(0), count.eq(0), word.eq(0), self.dropped.eq(0),
+                         *(r.eq(0) for r in resets)]
+        with m.Else():
+            m.d.sync += [
+                tail.eq(tail + taken),
+                head.eq(head + pop),
+                count.eq(count + counted - pop),
+                word.eq(next_word),
+            ]
+            with m.If(lost & (self.dropped != 0xFFFF)):
+                m.d.sync += self.dropped.eq(self.dropped + 1)
+        return m
+
+    def _writer(self, m, wr, address, beats, beat_bits, ptr_bits, tail, count, full, pop):
+        """The writes of the records pushed, from a copy of each (:class:`TraceFifo`).
+
+        Returns ``(taken, counted, lost, resets)``: whether a record takes the slot at
+        ``tail`` in this cycle, whether one is counted in ``level`` (its first beat
+        was written a cycle before), whether one is dropped, and the registers a
+        ``clear`` zeroes."""
         # The record being written: `pending` until its first beat is, then `beat` is
         # the next beat of record `at` (while `writing`). A record's last beat moves to
         # `spare` in the cycle that writes the one before it, and is written from there.
@@ -198,17 +238,64 @@ class TraceFifo(wiring.Component):
                 m.d.sync += pending.eq(1)
             with m.Else():
                 m.d.comb += rejected.eq(1)
+        return do_push, do_push, (begin & full) | rejected, (pending, writing, spare_valid)
 
-        with m.If(self.clear):
-            m.d.sync += [head.eq(0), tail.eq(0), count.eq(0), word.eq(0), self.dropped.eq(0),
-                         pending.eq(0), writing.eq(0), spare_valid.eq(0)]
-        with m.Else():
-            m.d.sync += [
-                tail.eq(tail + do_push),
-                head.eq(head + pop),
-                count.eq(count + do_push - pop),
-                word.eq(next_word),
-            ]
-            with m.If(((begin & full) | rejected) & (self.dropped != 0xFFFF)):
-                m.d.sync += self.dropped.eq(self.dropped + 1)
-        return m
+    def _compact_writer(self, m, wr, address, beats, beat_bits, ptr_bits, tail, count, full,
+                        pop):
+        """The writes of the records pushed, from the record itself (``compact``):
+        :meth:`_writer`'s results.
+
+        The record holds still from its push until two cycles after (the control unit
+        built for area keeps it), so its first beat is written in the cycle of the
+        push, the beats after it in the next cycles from the record, and only its last
+        beat is copied, for the cycle after those. A record that comes while the last
+        beat of the one before is still to write (a call cut short at its first fetch)
+        has its first beat copied as well, and written after its middle beats; it is
+        counted in ``level`` a cycle after its first beat is written, as every record
+        is. One that comes while two beats are still to write is dropped."""
+        beat_of = [self.record.as_value()[self.width * b:self.width * (b + 1)]
+                   for b in range(beats)]
+        at = Signal(ptr_bits)                   # the record of `live` and `first`
+        live = Signal(range(beats))             # its beat written from the record (0: none)
+        first = Signal(self.width, reset_less=True)
+        first_valid = Signal()
+        spare = Signal(self.width, reset_less=True)
+        spare_at = Signal(ptr_bits)
+        spare_valid = Signal()
+        written = Signal()                      # a record's first beat is written
+        counted = Signal()
+
+        busy = (live != 0) | first_valid | spare_valid
+        # Taken in the cycle of the push: the slots reserved are the records counted,
+        # the one counted next and the one whose first beat waits (never both).
+        reserved = count + (counted | first_valid)
+        taken = Signal()
+        m.d.comb += taken.eq(self.push & ((reserved != self.depth) | pop)
+                             & (live == 0) & ~first_valid)
+
+        with m.If(live != 0):
+            m.d.comb += [wr.addr.eq(address(at, live)), wr.data.eq(Array(beat_of)[live]),
+                         wr.en.eq(1)]
+            m.d.sync += live.eq(Mux(live == beats - 2, 0, live + 1))
+        with m.Elif(first_valid):
+            m.d.comb += [wr.addr.eq(address(at, C(0, beat_bits))), wr.data.eq(first),
+                         wr.en.eq(1), written.eq(1)]
+            m.d.sync += first_valid.eq(0)
+        with m.Elif(spare_valid):
+            m.d.comb += [wr.addr.eq(address(spare_at, C(beats - 1, beat_bits))),
+                         wr.data.eq(spare), wr.en.eq(1)]
+            m.d.sync += spare_valid.eq(0)
+        with m.Elif(taken):
+            m.d.comb += [wr.addr.eq(address(tail, C(0, beat_bits))), wr.data.eq(beat_of[0]),
+                         wr.en.eq(1), written.eq(1)]
+        with m.If(taken):
+            m.d.sync += at.eq(tail)
+            if beats > 2:
+                m.d.sync += live.eq(1)
+            if beats > 1:
+                m.d.sync += [spare.eq(beat_of[-1]), spare_at.eq(tail), spare_valid.eq(1)]
+            with m.If(busy):
+                m.d.sync += [first.eq(beat_of[0]), first_valid.eq(1)]
+        m.d.sync += counted.eq(written)
+        return taken, counted, self.push & ~taken, (live, first_valid, spare_valid, counted)
+

@@ -18,6 +18,9 @@ the contract:
   (the cycle its ``valid`` rises), unless it is stopped on a fault: a compact build
   decodes the command from the instruction register in that cycle alone
   (``hdl/control.py``);
+* the control unit built for area (``compact``) holds a trace record's statistics (all
+  but its first 64 bits) still for the two cycles after its push: the trace FIFO
+  built so writes them from there (``hdl/trace.py``);
 * the scratchpad: no performed read is of a word written in the cycle before (its
   write is posted: it reaches the bank in the cycle of that read; ``hdl/scratchpad.py``).
   The hardware does not prevent it; a program does it only by racing a DMA transfer
@@ -63,6 +66,18 @@ class CheckedTile(Tile):
                        "a kernel fetch of a word the host may have written in the cycle "
                        "before"),
             ]
+        if self.config.compact:
+            stats = ctrl.trace_record.as_value()[64:]
+            pushed, held = ctrl.trace_push, stats
+            for cycle in (1, 2):
+                pushed_n = Signal(name=f"trace_pushed_{cycle}")
+                held_n = Signal.like(stats, name=f"trace_stats_{cycle}")
+                m.d.sync += [pushed_n.eq(pushed), held_n.eq(held)]
+                with m.If(pushed_n):
+                    when = {1: "in the cycle", 2: "two cycles"}[cycle]
+                    m.d.comb += Assert(stats == held_n, f"a trace record's statistics "
+                                                        f"changed {when} after its push")
+                pushed, held = pushed_n, held_n
         # (Checked at the clock edge, on the cycle's settled values: `waited` and the
         # command's `valid` change together.)
         cmd = ctrl.compute_cmd

@@ -8,8 +8,14 @@ from fusetile.hdl.trace import PUSH_SPACING, TraceFifo, TRACE_WORDS
 from fusetile.kernels.isa import TraceRecord
 
 
-# A record per memory word, or written over two or four cycles.
+# A record per memory word, or written over two or four cycles; from a copy of the
+# record, or from the record held still (`compact`).
 WIDTHS = pytest.mark.parametrize("width", TraceFifo.WIDTHS)
+BUILDS = pytest.mark.parametrize("compact", (False, True), ids=("deep", "compact"))
+
+#: Cycles the control unit built for area holds a pushed record still: the push's and
+#: two more (TraceFifo's `compact`).
+HELD = 3
 
 
 def run(dut, bench):
@@ -26,14 +32,25 @@ def make_record(i):
 
 async def push(ctx, dut, fields, cycles=PUSH_SPACING + 1):
     """Push a record and wait ``cycles`` cycles (it is in the FIFO a cycle after the
-    push; the next push comes after ``cycles``)."""
+    push; the next push comes after ``cycles``). The record then changes: at once
+    (the FIFO registered it with the push), or, for a ``compact`` FIFO, its first 64
+    bits at once and the statistics after :data:`HELD` cycles (with fewer
+    ``cycles``, they stay until the next push), as the control unit's do."""
     ctx.set(dut.record, TraceRecord.const(fields))
     ctx.set(dut.push, 1)
     await ctx.tick()
     ctx.set(dut.push, 0)
-    ctx.set(dut.record, TraceRecord.const(make_record(99)))   # registered with the push
-    if cycles > 1:
-        await ctx.tick().repeat(cycles - 1)
+    held = HELD - 1 if dut.compact else 0
+    if held:
+        ctx.set(dut.record, TraceRecord.const({**fields, **{
+            name: value for name, value in make_record(99).items()
+            if name in ("slot", "pc", "start")}, "bank": 1, "faulted": 1}))
+    for cycle in range(1, cycles):
+        if cycle == held + 1:
+            ctx.set(dut.record, TraceRecord.const(make_record(99)))
+        await ctx.tick()
+    if cycles == held + 1:
+        ctx.set(dut.record, TraceRecord.const(make_record(99)))
 
 
 def raw(fields):
@@ -52,9 +69,10 @@ async def read_record(ctx, dut):
     return TraceRecord.from_bits(raw)
 
 
+@BUILDS
 @WIDTHS
-def test_records_in_order_and_level(width):
-    dut = TraceFifo(4, width=width)
+def test_records_in_order_and_level(width, compact):
+    dut = TraceFifo(4, width=width, compact=compact)
 
     async def bench(ctx):
         assert ctx.get(dut.level) == 0
@@ -70,9 +88,10 @@ def test_records_in_order_and_level(width):
     run(dut, bench)
 
 
+@BUILDS
 @WIDTHS
-def test_push_written_a_cycle_later_and_clear_drops_it(width):
-    dut = TraceFifo(4, width=width)
+def test_push_written_a_cycle_later_and_clear_drops_it(width, compact):
+    dut = TraceFifo(4, width=width, compact=compact)
 
     async def bench(ctx):
         ctx.set(dut.record, TraceRecord.const(make_record(1)))
@@ -96,9 +115,10 @@ def test_push_written_a_cycle_later_and_clear_drops_it(width):
     run(dut, bench)
 
 
+@BUILDS
 @WIDTHS
-def test_full_fifo_drops_and_counts(width):
-    dut = TraceFifo(4, width=width)
+def test_full_fifo_drops_and_counts(width, compact):
+    dut = TraceFifo(4, width=width, compact=compact)
 
     async def bench(ctx):
         for i in range(6):
@@ -111,9 +131,10 @@ def test_full_fifo_drops_and_counts(width):
     run(dut, bench)
 
 
+@BUILDS
 @WIDTHS
-def test_push_while_draining(width):
-    dut = TraceFifo(8, width=width)
+def test_push_while_draining(width, compact):
+    dut = TraceFifo(8, width=width, compact=compact)
     rng = random.Random(1)
 
     async def bench(ctx):
@@ -131,15 +152,16 @@ def test_push_while_draining(width):
     run(dut, bench)
 
 
+@BUILDS
 @WIDTHS
-def test_records_as_close_as_the_control_unit_pushes_them(width):
+def test_records_as_close_as_the_control_unit_pushes_them(width, compact):
     """Records as close as calls return (every 4 cycles) or are cut short (3; with
     four beats the last beat of a record then waits for the next to start), each read
     from the second cycle after its push (``data`` is registered: a host that has seen
     the record in ``level`` reads it later still) at the CSR bank's fastest (a word
     sampled two cycles after the last read's strobe): every word is the record's. A
     clear while a record is written drops it."""
-    dut = TraceFifo(8, width=width)
+    dut = TraceFifo(8, width=width, compact=compact)
 
     async def bench(ctx):
         gaps = (4, 3, 4, 4, 5, 3, 6)
@@ -164,12 +186,13 @@ def test_records_as_close_as_the_control_unit_pushes_them(width):
     run(dut, bench)
 
 
+@BUILDS
 @WIDTHS
-def test_record_that_comes_too_early_is_dropped(width):
+def test_record_that_comes_too_early_is_dropped(width, compact):
     """Two records 3 cycles after the ones before: with four beats the second finds
     two beats of the one before still to write and is dropped and counted (the
     FIFO's documented limit); fewer beats keep up."""
-    dut = TraceFifo(8, width=width)
+    dut = TraceFifo(8, width=width, compact=compact)
 
     async def bench(ctx):
         for i, gap in enumerate((3, 3, 8)):
