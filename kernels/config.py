@@ -102,9 +102,10 @@ class TileConfig:
         follows. So far the vector unit
         (:class:`fusetile.hdl.vector_compact.CompactVectorAlu`), the operand check,
         the counters, the DMA engine, the instruction stores' host reads, the
-        compute command, the compute sequencer's and the scratchpad's partition
-        tests, the CSR bank's reads and the plan decode's SWITCH have such a build;
-        the small boards' choice.
+        compute command, the scratchpad's partition tests, the CSR bank's reads,
+        the plan decode's SWITCH and the trace FIFO's writes have such a build, and
+        the compute unit's leaves its partition test to the operand check; the
+        small boards' choice.
 
     Raises
     ------

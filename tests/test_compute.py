@@ -999,3 +999,45 @@ def test_faults_and_abort():
         assert ctx.get(b.dut.vector_regs).shift == shift
 
     b.run(bench)
+
+
+@pytest.mark.parametrize("stall", [(0, 0, 0), (2, 4, 3)], ids=["no-stall", "stall"])
+def test_unit_built_for_area_makes_no_partition_test(stall):
+    """Built for area, the unit leaves the partition test to the operand check: given
+    commands that reach outside their partition (as the tile never issues), it does
+    not fault, finishes, and changes no word outside the partition (the scratchpad
+    performs no access there); the words it writes inside are the reference's up to
+    where the reference faults."""
+    b = Bench(CFG_4x4_1, seed=13, stall=stall)
+    L = PART_LEN
+    base = b.ref.part_base[PART]
+    outside = [i for i in range(CFG_4x4_1.spad_words) if not base <= i < base + L]
+
+    async def bench(ctx):
+        await b.check(ctx, vcfg(VectorCfg.MULT_A, 2**30))
+        before = [ctx.get(b.spad.mem.data[i]) for i in outside]
+        # (ACC's commands last: after them the unit's ACC is its own.)
+        for c in (cmd(MicroOp.REQUANT, out_addr=L - 20, out_stride=8),
+                  cmd(MicroOp.VADD, a_addr=3, b_addr=40, out_addr=L - 12, n=15),
+                  cmd(MicroOp.VCLAMP, in_addr=L - 3, out_addr=60, n=6, hi=5),
+                  cmd(MicroOp.VCLAMP, in_addr=0, out_addr=0xFFFE, n=6),
+                  cmd(MicroOp.VPOOL, in_addr=0, in_stride=1, in_step=2, out_addr=L - 2,
+                      n=6, window=2),
+                  cmd(MicroOp.VARGMAX, addr=L - 2, n=30, index=1),
+                  cmd(MicroOp.VCLAMP, part=9, in_addr=0, out_addr=0, n=1),
+                  cmd(MicroOp.MATMUL, a_addr=L - 5, a_stride=1, b_addr=0, k=9),
+                  cmd(MicroOp.ACC_BIAS, addr=L - 2)):
+            ref_before = list(b.ref.mem)
+            assert b.ref.run(c.op, c.fields, c.part).fault, c
+            ref_wrote = [i for i, word in enumerate(b.ref.mem) if word != ref_before[i]]
+            res = await issue(ctx, b.dut, c)
+            assert res.cycles > 0 and not ctx.get(b.dut.fault), c
+            await ctx.tick()
+            assert ctx.get(b.dut.cmd.ready) and not ctx.get(b.dut.fault), c
+            mem = [ctx.get(b.spad.mem.data[i]) for i in range(CFG_4x4_1.spad_words)]
+            assert [mem[i] for i in outside] == before, c
+            # What the reference wrote before its fault, the unit wrote too.
+            assert [mem[i] for i in ref_wrote] == [b.ref.mem[i] for i in ref_wrote], c
+            b.ref.mem = mem         # the unit's words past the fault are its own
+
+    b.run(bench)
