@@ -175,7 +175,8 @@ class CompactVectorAlu(VectorAlu):
                                       reset_less=False)
 
         # VPOOL: one accumulator per output lane, the sum of (x - ZP_A) or the maximum.
-        # A lane takes a pair (its lanes 2j and 2j + 1) or its own lane.
+        # A lane takes a pair (its lanes 2j and 2j + 1) or its own lane. A maximum is
+        # an int8 (the first word's, then the larger), so it is compared on 8 bits.
         pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
         pooled = []
         for j in range(lanes):
@@ -188,7 +189,8 @@ class CompactVectorAlu(VectorAlu):
             else:
                 u, v, zp_x, most = a[j], 0, regs.zp_a, a[j]
             total = Mux(pay.first, 0, pool[j]) + (u + v - zp_x)
-            biggest = Mux(pay.first | below(pool[j], most), most, pool[j])
+            pool_max = pool[j][:8].as_signed()
+            biggest = Mux(pay.first | below(pool_max, most), most, pool_max)
             pooled.append(_wire(m, Mux(pay.average, total, biggest)[:16].as_signed(),
                                 f"pooled{j}"))
         with m.If(valid & is_vpool):

@@ -153,16 +153,20 @@ def _is_flow(graph):
 
 
 def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target="?",
-                   cache=None, progress=None):
+                   cache=None, progress=None, skipped=None):
     """Every shipped workload under ``none``, ``static`` and ``adaptive`` on ``dev``:
-    rows of the ``fusetile bench`` JSON (see docs/performance.md). ``adaptive``'s cycle
+    rows of the ``fusetile bench`` JSON (see docs/performance.md). A workload that
+    does not compile for the tile's configuration (a small board's: too few kernel
+    slots for a data-dependent network's plan) raises its
+    :class:`~fusetile.kernels.compiler.CompileError`, or, given a list ``skipped``, is
+    left out and appended to it as ``{"workload", "reason"}``. ``adaptive``'s cycle
     figures are its steady state: the runs on the plan it settled on (with speculation,
     all the runs: only the same samples compare), and its row carries the trace of its
     last run (``trace``, for ``fusetile report``). The data-dependent workloads' rows carry
     ``speculation``; they also run ``adaptive`` on the same digits sorted by class (a
     distribution shift), a row with ``stream`` ``"class-sorted"`` whose speculation
     has per-window figures."""
-    from ..kernels.compiler import compile_graph
+    from ..kernels.compiler import CompileError, compile_graph
     from ..workloads.digits import load_split
     from .adaptive import AdaptiveRunner
     from .runner import infer, load_program
@@ -210,8 +214,18 @@ def workload_suite(dev, x_by_name=None, *, names=WORKLOADS, samples=256, target=
         x = graph.quantize_input(x_test.reshape((len(x_test),) + shape)) \
             if x_by_name is None else x_by_name[name]
         outputs = {}
-        for policy in ("none", "static"):
-            program = compile_graph(graph, cfg, policy=policy)
+        try:
+            programs = {policy: compile_graph(graph, cfg, policy=policy)
+                        for policy in ("none", "static")}
+        except CompileError as e:
+            if skipped is None:
+                raise
+            skipped.append({"workload": name, "reason": str(e)})
+            done += 3
+            if progress:
+                progress(done)
+            continue
+        for policy, program in programs.items():
             load_program(dev, program)
             outputs[policy], stats = infer(dev, program, x)
             totals = {c: getattr(stats, c) for c in ("active_cycles", "dma_bytes_in",

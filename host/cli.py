@@ -502,13 +502,15 @@ def _bench_workloads(args, out, config):
         device = Device(transport)
         with Progress(transient=True, disable=out.json, console=out.console()) as bar:
             task = bar.add_task(f"workloads on {args.target}", total=3 * len(WORKLOADS))
+            skipped = []
             results = workload_suite(device, samples=args.samples, target=args.target,
                                      cache=_open_cache(args.cache),
-                                     progress=lambda n: bar.update(task, completed=n))
+                                     progress=lambda n: bar.update(task, completed=n),
+                                     skipped=skipped)
     cfg = device.config
     data = {"suite": "workloads", "target": args.target,
             "hardware": {"profile_hash": cfg.profile_hash, **cfg.as_dict()},
-            "results": results}
+            "results": results, "skipped": skipped}
 
     def human(console):
         from rich.table import Table
@@ -528,6 +530,9 @@ def _bench_workloads(args, out, config):
                           str(r["defusions"]), str(r["swap_idle_cycles"]),
                           str(r["output_mismatches"]))
         console.print(table)
+        for s in skipped:
+            console.print(f"{s['workload']}: not run, it does not fit this configuration "
+                          f"({s['reason']})")
         for r in results:
             for entry in r.get("fusion_log", []):
                 console.print(f"{r['workload']}: run {entry['run']}: {entry['action']} "
@@ -580,7 +585,8 @@ def report_command(args, out):
         from .device import Device
         with _open_target(args.target, _parse_config(args.config)) as transport:
             device = Device(transport)
-            results = workload_suite(device, samples=args.samples, target=args.target)
+            results = workload_suite(device, samples=args.samples, target=args.target,
+                                     skipped=[])
             config, target = device.config, args.target
     paths = write_report(args.out, results, config, target=target)
     out.result({k: str(v) for k, v in paths.items()},

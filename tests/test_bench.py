@@ -1,10 +1,13 @@
-"""The ISA benchmark: tiled matmuls, checked against NumPy, utilisation from counters."""
+"""The ISA benchmark: tiled matmuls, checked against NumPy, utilisation from counters;
+the workloads suite on a configuration some workloads do not fit."""
 
 import pytest
 
+from fusetile.hdl.board import BOARDS
 from fusetile.host import open_transport
-from fusetile.host.bench import run_matmul
+from fusetile.host.bench import run_matmul, workload_suite
 from fusetile.host.device import Device
+from fusetile.kernels.compiler import CompileError
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.matmul import MatmulProblem, tiled_matmul
 
@@ -42,3 +45,22 @@ def test_problem_checks():
         tiled_matmul(cfg, MatmulProblem(m=12, n=8, k=4))
     with pytest.raises(ValueError, match="scratchpad words"):
         tiled_matmul(cfg, MatmulProblem(m=64, n=8, k=1024))
+
+
+def test_workloads_that_do_not_fit_are_skipped_with_their_reason():
+    """On the iCEBreaker's configuration (4 kernel slots) a data-dependent network's
+    plan does not fit: the suite leaves it out, saying why, and runs the others; asked
+    with no list to report it in (one workload, as the digits demo asks), it raises."""
+    config = BOARDS["icebreaker"].config
+    with open_transport("model", config=config) as transport:
+        dev = Device(transport)
+        skipped = []
+        results = workload_suite(dev, names=("mlp", "exit"), samples=2, target="model",
+                                 skipped=skipped)
+        assert [(r["workload"], r["policy"]) for r in results] == [
+            ("mlp", "none"), ("mlp", "static"), ("mlp", "adaptive")]
+        assert all(r["output_mismatches"] == 0 for r in results)
+        assert [s["workload"] for s in skipped] == ["exit"]
+        assert "the tile has 4 slots" in skipped[0]["reason"]
+        with pytest.raises(CompileError, match="node 'exit_where' \\(Select\\)"):
+            workload_suite(dev, names=("exit",), samples=2, target="model")
