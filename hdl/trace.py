@@ -55,15 +55,15 @@ class TraceFifo(wiring.Component):
     call that stopped the tile, which ``FAULT`` and ``FAULT_PC`` describe.
 
     Built for area (``compact``), the FIFO keeps no copy of a whole record: the
-    control unit built so holds ``record`` still from the push until two cycles
-    after, and the FIFO writes the first beat in the cycle of the push and the middle
-    ones from ``record`` in the next cycles, keeping only the last beat (and, for a
-    record that comes while that beat of the one before is still to write, the first
-    too, written after the middle ones). ``level`` counts a record, and ``dropped``
-    a record dropped, as above, with one exception: a record that starts late is in
-    ``level`` three cycles later than a first beat written in time would be. On the
-    iCEBreaker's build that left out about 180 of 242 flip-flops (docs/fpga-timing.md,
-    step 58).
+    control unit built so holds a record's statistics (all but its first 64 bits)
+    still for the two cycles after the push, and the FIFO writes the first beat in
+    the cycle of the push and the middle ones from ``record`` in the next two cycles,
+    keeping only the last beat (and, for a record that comes while that beat of the
+    one before is still to write, the first too, written after the middle ones).
+    ``level`` counts a record, and ``dropped`` a record dropped, as above, with one
+    exception: a record that starts late is in ``level`` three cycles later than a
+    first beat written in time would be. On the iCEBreaker's build that left out 196
+    of the FIFO's 462 flip-flops (docs/fpga-timing.md, step 58).
 
     Parameters
     ----------
@@ -72,8 +72,8 @@ class TraceFifo(wiring.Component):
     width : int
         Bits of the memory: 256 (a record per word), 128 or 64.
     compact : bool
-        Write from ``record`` held still for the two cycles after the push, rather
-        than from a copy.
+        Write the middle beats from ``record``, whose bits past the first 64 hold
+        still for the two cycles after the push, rather than from a copy.
 
     Attributes
     ----------
@@ -245,10 +245,12 @@ class TraceFifo(wiring.Component):
         """The writes of the records pushed, from the record itself (``compact``):
         :meth:`_writer`'s results.
 
-        The record holds still from its push until two cycles after (the control unit
-        built for area keeps it), so its first beat is written in the cycle of the
-        push, the beats after it in the next cycles from the record, and only its last
-        beat is copied, for the cycle after those. A record that comes while the last
+        The record's bits past the first 64 hold still for the two cycles after its
+        push (the control unit built for area keeps its statistics), so its first beat
+        is written in the cycle of the push, the middle ones in the next two cycles
+        from the record, and only its last beat is copied, for the cycle after those
+        (with 64-bit beats; with 128, the first and the copied last). A record that
+        comes while the last
         beat of the one before is still to write (a call cut short at its first fetch)
         has its first beat copied as well, and written after its middle beats; it is
         counted in ``level`` a cycle after its first beat is written, as every record
