@@ -279,11 +279,15 @@ class OperandCheck(wiring.Component):
         both_sum = Signal(_END_BITS)
         m.d.sync += both_sum.eq(product[0] + product[1])
         outside = []
+        # An end is past the limit (at most 2**16) if a bit above the limit's is set,
+        # or else by a comparison of the limit's width: not a carry chain of the end's.
+        low = len(self.limit)
         for i in range(MAX_OPERANDS):
             end = Signal(_END_BITS + 1, name=f"end{i}")
             m.d.comb += [end.eq(base[i] + _extent(extra[i], adds[i], product, both_sum)),
                          self.ends[i].eq(end)]
-            outside.append(used[i] & counted & at_least(end, self.limit))
+            past = end[low:].any() | at_least(end[:low], self.limit)
+            outside.append(used[i] & counted & past)
         return outside
 
 
