@@ -596,6 +596,18 @@ def report_command(args, out):
 
 # -- build -----------------------------------------------------------------------------
 
+def _resources_table(title, resources):
+    """A rich table of a build's ``resources``: used, available, per cent."""
+    from rich.table import Table
+    table = Table(title=title)
+    for column in ("resource", "used", "available", "%"):
+        table.add_column(column, justify="left" if column == "resource" else "right")
+    for name, r in resources.items():
+        table.add_row(name, f"{r['used']:,}", f"{r['available']:,}",
+                      f"{100 * r['used'] / r['available']:.0f}" if r["available"] else "-")
+    return table
+
+
 @command("build", "build the tile's bitstream for a board with the open tools (YoWASP "
          "Yosys and nextpnr) and report its resources and Fmax", [
     arg("--board", "-b", required=True, metavar="BOARD",
@@ -628,11 +640,12 @@ def report_command(args, out):
              "(default: the board's)"),
 ])
 def build_command(args, out):
-    from .fpga import FpgaError, build, program
+    from .fpga import DoesNotFit, FpgaError, build, program
     say = (lambda text: None) if out.json else \
         (lambda text: print(f"fusetile build: {text}", file=sys.stderr, flush=True))
+    config = _parse_config(args.config)
     try:
-        result = build(args.board, config=_parse_config(args.config),
+        result = build(args.board, config=config,
                        clock_hz=None if args.clock_mhz is None else args.clock_mhz * 1e6,
                        baud=args.baud, build_dir=args.out, seed=args.seed,
                        seeds=args.seeds, jobs=args.jobs, sdf=args.sdf,
@@ -641,19 +654,25 @@ def build_command(args, out):
         if args.program and result["timing_met"]:
             say(f"programming the board with {result['bitstream']}")
             program(result)
+    except DoesNotFit as e:
+        # What the design needs of the device is still the build's figures: reported
+        # (in the JSON too, with "fits": false) before the error.
+        board = BOARDS[args.board]
+        config = board.config if config is None else config
+        out.result({"board": board.name, "config": config.as_dict(), "fits": False,
+                    "error": str(e), "resources": e.resources, "log": e.log},
+                   human=lambda console: console.print(_resources_table(
+                       f"{board.name}: does not fit", e.resources)))
+        print(f"fusetile build: error: {e}", file=sys.stderr)
+        return 1
     except (FpgaError, ValueError) as e:
         raise CommandError(str(e)) from e
 
     def human(console):
-        from rich.table import Table
-        table = Table(title=f"{result['board']} ({result['device']}), "
-                            f"{result['config']['rows']} x {result['config']['cols']} MACs")
-        for column in ("resource", "used", "available", "%"):
-            table.add_column(column, justify="left" if column == "resource" else "right")
-        for name, r in result["resources"].items():
-            table.add_row(name, f"{r['used']:,}", f"{r['available']:,}",
-                          f"{100 * r['used'] / r['available']:.0f}" if r["available"] else "-")
-        console.print(table)
+        console.print(_resources_table(
+            f"{result['board']} ({result['device']}), "
+            f"{result['config']['rows']} x {result['config']['cols']} MACs",
+            result["resources"]))
         verdict = "met" if result["timing_met"] else "NOT met"
         console.print(f"clock {result['clock_mhz']['pll']:g} MHz, Fmax "
                       f"{result['fmax_mhz']:g} MHz: timing {verdict}; peak "

@@ -31,13 +31,31 @@ from ..hdl.copies import KEEP_COPIES
 from ..kernels.config import TileConfig
 
 
-__all__ = ["FpgaError", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING",
+__all__ = ["FpgaError", "DoesNotFit", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING",
            "UNDEFINED_COLLISIONS", "ICE40_UNDEFINED_COLLISIONS", "tool_environment", "build",
            "program", "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
     """A bitstream build cannot run or failed: the message says what to do."""
+
+
+class DoesNotFit(FpgaError):
+    """nextpnr stopped because the design needs more of a resource than the device has.
+
+    Attributes
+    ----------
+    resources : dict
+        What nextpnr's log says the design uses of each resource, as :func:`build`'s
+        ``resources`` name them (name -> ``used``, ``available``).
+    log : str
+        That log.
+    """
+
+    def __init__(self, message, resources, log):
+        super().__init__(message)
+        self.resources = resources
+        self.log = log
 
 
 #: Environment variable Amaranth reads -> YoWASP command, per family.
@@ -271,19 +289,29 @@ def _stat_rows(section):
     return rows
 
 
-def _overused(log_path):
-    """The resources nextpnr's log says are over 100 % ("ICESTORM_LC 23135/5280"), if
-    it stopped for that."""
+def _utilisation(log_path):
+    """nextpnr's "Device utilisation" lines in its log: cell type -> (used, available),
+    in the log's order; empty if there is no log."""
     try:
         log = Path(log_path).read_text(errors="replace")
     except OSError:
-        return []
-    over = []
-    for name, used, available in re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%",
-                                            log, re.M):
-        if int(used) > int(available):
-            over.append(f"{name} {used}/{available}")
-    return over
+        return {}
+    return {name: (int(used), int(available)) for name, used, available in
+            re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", log, re.M)}
+
+
+def _overused(log_path):
+    """The resources nextpnr's log says are over 100 % ("ICESTORM_LC 23135/5280"), if
+    it stopped for that."""
+    return [f"{name} {used}/{available}"
+            for name, (used, available) in _utilisation(log_path).items() if used > available]
+
+
+def _resources_from_log(log_path, family):
+    """:func:`_utilisation` as :func:`build`'s ``resources`` name them."""
+    found = _utilisation(log_path)
+    return {ours: {"used": found[theirs][0], "available": found[theirs][1]}
+            for ours, theirs in _RESOURCES[family].items() if theirs in found}
 
 
 def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_dir=None,
@@ -330,8 +358,9 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
     Returns
     -------
     dict
-        ``board``, ``device``, ``config``, ``clock_mhz`` (asked for and made by the
-        PLL), ``fmax_mhz``, ``timing_met``, ``critical_path`` (where it starts and
+        ``board``, ``device``, ``config``, ``fits`` (True: a design that does not
+        raises :class:`DoesNotFit`), ``clock_mhz`` (asked for and made by the PLL),
+        ``fmax_mhz``, ``timing_met``, ``critical_path`` (where it starts and
         ends, its delay and logic cells), ``late_endpoints`` (how many endpoints miss
         the clock, by block), ``resources`` (name -> used/available),
         ``macs``, ``peak_gops`` (2 x MACs x clock), ``peak_gops_at_fmax``,
@@ -347,7 +376,8 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         Unknown board, a clock the PLL or the UART cannot make, ``seeds`` or
         ``jobs`` below 1, or a ``time_limit`` that is not positive.
     FpgaError
-        The tools are missing or failed, or every placement ran over ``time_limit``.
+        The tools are missing or failed, or every placement ran over ``time_limit``;
+        :class:`DoesNotFit` if the design needs more of the device than it has.
     """
     board = find_board(board_name)
     config = board.config if config is None else config
@@ -425,6 +455,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "device": platform.device,
         "package": platform.package,
         "config": config.as_dict(),
+        "fits": True,
         "clock_mhz": {"asked": (top.clock_hz / 1e6), "pll": round(clock_mhz, 4)},
         "fmax_mhz": report["fmax_mhz"],
         "timing_met": report["fmax_mhz"] >= clock_mhz,
@@ -493,8 +524,10 @@ def _execute(plan, build_dir, env, device, family, time_limit=None, running=None
     if code != 0:
         over = _overused(root / "fusetile.tim")     # (absolute: see _EXTRACTING)
         if over:
-            raise FpgaError(f"the design does not fit the {device}: "
-                            + ", ".join(over) + f" (nextpnr's log: {build_dir}/fusetile.tim)")
+            log = f"{build_dir}/fusetile.tim"
+            raise DoesNotFit(f"the design does not fit the {device}: " + ", ".join(over)
+                             + f" (nextpnr's log: {log})",
+                             _resources_from_log(root / "fusetile.tim", family), log)
         raise FpgaError(f"the {family} toolchain failed (exit {code}); "
                         f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim")
 

@@ -652,17 +652,55 @@ def test_sdf_paths_times_the_routed_design(tmp_path):
         ("ram", "DOA0"), ("l1", "Z"), ("l2", "Z")]
 
 
+#: The end of nextpnr's log when the design does not fit an iCE40UP5K.
+_OVERFULL_LOG = ("Info: Device utilisation:\n"
+                 "Info: \t         ICESTORM_LC:   23135/   5280   438%\n"
+                 "Info: \t        ICESTORM_RAM:      20/     30    66%\n"
+                 "Info: \t        ICESTORM_DSP:      50/      8   625%\n"
+                 "ERROR: Unable to place cell 'x', no BELs remaining\n")
+
+
 def test_a_design_that_does_not_fit_is_named(tmp_path):
     """nextpnr stops when the design needs more cells than the device has; the build
     says which, from nextpnr's own utilisation lines."""
     log = tmp_path / "fusetile.tim"
-    log.write_text("Info: Device utilisation:\n"
-                   "Info: \t         ICESTORM_LC:   23135/   5280   438%\n"
-                   "Info: \t        ICESTORM_RAM:      20/     30    66%\n"
-                   "Info: \t        ICESTORM_DSP:      50/      8   625%\n"
-                   "ERROR: Unable to place cell 'x', no BELs remaining\n")
+    log.write_text(_OVERFULL_LOG)
     assert fpga._overused(log) == ["ICESTORM_LC 23135/5280", "ICESTORM_DSP 50/8"]
     assert fpga._overused(tmp_path / "absent.tim") == []
+    assert fpga._resources_from_log(log, "ice40") == {
+        "lc": {"used": 23135, "available": 5280}, "bram": {"used": 20, "available": 30},
+        "dsp": {"used": 50, "available": 8}}
+
+
+def test_a_design_that_does_not_fit_reports_its_figures(tmp_path, monkeypatch, capsys):
+    """``fusetile build`` of a design that does not fit fails (exit 1, the resources
+    over 100 % named on stderr) but still reports what it needs of the device, from
+    nextpnr's log: in the JSON (``fits`` false) or as the table. (The toolchain is
+    stood in for by a script that writes the log nextpnr would and fails; the build's
+    own runner reads it.)"""
+    run = fpga._execute
+
+    def execute(plan, build_dir, env, device, family, time_limit, running):
+        failing = BuildPlan(script="build_fusetile")
+        failing.add_file("build_fusetile.sh",
+                         f"cat > fusetile.tim <<'END'\n{_OVERFULL_LOG}END\nexit 1\n")
+        return run(failing, build_dir, env, device, family, time_limit, running)
+
+    monkeypatch.setattr(fpga, "tool_environment", lambda family: {})
+    monkeypatch.setattr(fpga, "_execute", execute)
+    assert main(["build", "--board", "icebreaker", "--out", str(tmp_path), "--json"]) == 1
+    printed = capsys.readouterr()
+    result = json.loads(printed.out)
+    assert (result["board"], result["fits"]) == ("icebreaker", False)
+    assert result["config"] == BOARDS["icebreaker"].config.as_dict()
+    assert result["resources"]["lc"] == {"used": 23135, "available": 5280}
+    assert result["log"] == f"{tmp_path}/fusetile.tim"
+    assert ("does not fit the iCE40UP5K: ICESTORM_LC 23135/5280, ICESTORM_DSP 50/8"
+            in printed.err)
+    assert main(["build", "--board", "icebreaker", "--out", str(tmp_path)]) == 1
+    printed = capsys.readouterr()
+    assert "23,135" in printed.out and "438" in printed.out
+    assert "does not fit" in printed.err
 
 
 def test_missing_tools_say_how_to_install(monkeypatch):
