@@ -31,9 +31,9 @@ from ..hdl.copies import KEEP_COPIES
 from ..kernels.config import TileConfig
 
 
-__all__ = ["FpgaError", "DoesNotFit", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING", "ICE40_LUT_MAPPING",
-           "UNDEFINED_COLLISIONS", "ICE40_UNDEFINED_COLLISIONS", "tool_environment", "build",
-           "program", "parse_report", "parse_yosys_stat"]
+__all__ = ["FpgaError", "DoesNotFit", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING",
+           "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS", "ICE40_UNDEFINED_COLLISIONS",
+           "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
