@@ -227,8 +227,8 @@ class ComputeUnit(wiring.Component):
     performs no access outside the partition, so given one anyway the unit still
     neither hangs nor reaches outside: its accesses there are not performed (a read
     there gives what the scratchpad answers; ``tests/checked_tile.py`` asserts that
-    none is presented in the tile). On the iCEBreaker's build that is about 250 logic
-    cells (docs/fpga-timing.md, step 58).
+    none is presented in the tile). On the iCEBreaker's build that is 280 logic cells
+    (docs/fpga-timing.md, step 58).
 
     * PARTITION: the first access (in program order: for each output its inputs, then
       the output) outside the partition; ``fault_addr`` = its offset (offsets past

@@ -254,7 +254,8 @@ class TraceFifo(wiring.Component):
         beat of the one before is still to write (a call cut short at its first fetch)
         has its first beat copied as well, and written after its middle beats; it is
         counted in ``level`` a cycle after its first beat is written, as every record
-        is. One that comes while two beats are still to write is dropped."""
+        is. One that comes while two beats are still to write is dropped. (``full``
+        is not read: a record's slot is reserved from its push, before it is counted.)"""
         beat_of = [self.record.as_value()[self.width * b:self.width * (b + 1)]
                    for b in range(beats)]
         at = Signal(ptr_bits)                   # the record of `live` and `first`
@@ -267,7 +268,6 @@ class TraceFifo(wiring.Component):
         written = Signal()                      # a record's first beat is written
         counted = Signal()
 
-        busy = (live != 0) | first_valid | spare_valid
         # Taken in the cycle of the push: the slots reserved are the records counted,
         # the one counted next and the one whose first beat waits (never both).
         reserved = count + (counted | first_valid)
@@ -296,7 +296,8 @@ class TraceFifo(wiring.Component):
                 m.d.sync += live.eq(1)
             if beats > 1:
                 m.d.sync += [spare.eq(beat_of[-1]), spare_at.eq(tail), spare_valid.eq(1)]
-            with m.If(busy):
+            # (Taken, the port is busy only with the last beat of the one before.)
+            with m.If(spare_valid):
                 m.d.sync += [first.eq(beat_of[0]), first_valid.eq(1)]
         m.d.sync += counted.eq(written)
         return taken, counted, self.push & ~taken, (live, first_valid, spare_valid, counted)
