@@ -1,9 +1,11 @@
 """The speculation staging buffer (``hdl/staging.py``) on its own: speculative stores
 held back, published in order, and a publish that shares GMEM's DMA side with reads."""
 
+import dataclasses
 import random
 from types import SimpleNamespace
 
+import pytest
 from amaranth.sim import Simulator
 
 from fusetile.hdl.staging import StagingBuffer
@@ -11,6 +13,11 @@ from fusetile.kernels.config import TileConfig
 
 
 CONFIG = TileConfig(gmem_bytes=1024, staging_words=8)
+
+# Each behaviour of both builds: the entry registered for a fast clock, and built for
+# area (compact) the block RAM's output held instead.
+BUILDS = pytest.mark.parametrize("config", [CONFIG, dataclasses.replace(CONFIG, compact=True)],
+                                 ids=["deep", "compact"])
 
 
 async def stage(ctx, dut, addrs):
@@ -26,12 +33,12 @@ async def stage(ctx, dut, addrs):
     ctx.set(dut.speculate, 0)
 
 
-def run(bench):
-    """Run ``bench(ctx, dut, seen)`` on a fresh buffer and watch its GMEM side in
+def run(bench, config):
+    """Run ``bench(ctx, dut, seen)`` on a fresh buffer built for ``config`` and watch its GMEM side in
     ``seen`` (returned): the ``writes`` that reached GMEM (cycle, addr, data), the
     cycles of DMA ``reading`` and those with ``draining`` high. Every write claims the
     port."""
-    dut = StagingBuffer(CONFIG)
+    dut = StagingBuffer(config)
     seen = SimpleNamespace(writes=[], reading=[], draining=[])
 
     async def monitor(ctx):
@@ -59,7 +66,8 @@ def run(bench):
     return seen
 
 
-def test_publish_waits_for_dma_reads():
+@BUILDS
+def test_publish_waits_for_dma_reads(config):
     """Two speculative stores reach GMEM only on publish, in order, and never in a
     cycle in which the DMA engine reads GMEM (the port reads or writes, not both)."""
     async def bench(ctx, dut, seen):
@@ -88,13 +96,14 @@ def test_publish_waits_for_dma_reads():
                 break
         assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
 
-    seen = run(bench)
+    seen = run(bench, config)
     assert [(a, d) for _, a, d in seen.writes] == [(5, 0x55), (9, 0x99)]
     assert seen.writes[0][0] > seen.reading[-1]     # nothing before the reads ended
     assert not {c for c, _, _ in seen.writes} & set(seen.reading)
 
 
-def test_discard_the_cycle_after_publish_writes_nothing():
+@BUILDS
+def test_discard_the_cycle_after_publish_writes_nothing(config):
     """The control unit publishes at COMMIT whatever else its cycle decides, and a
     fault or miss in that cycle discards the buffer a cycle later: no staged word
     reaches GMEM, and the buffer is empty and idle after."""
@@ -111,10 +120,11 @@ def test_discard_the_cycle_after_publish_writes_nothing():
         assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
         assert not ctx.get(dut.overflow)
 
-    assert run(bench).writes == []
+    assert run(bench, config).writes == []
 
 
-def test_drain_takes_two_cycles_a_word_and_one_more():
+@BUILDS
+def test_drain_takes_two_cycles_a_word_and_one_more(config):
     """With no DMA reads, ``n`` staged words drain in ``2 n + 1`` cycles: each entry is
     read, registered, then written (the next one read with the write), so the first
     write comes three cycles after the publish and the rest every other cycle."""
@@ -125,12 +135,13 @@ def test_drain_takes_two_cycles_a_word_and_one_more():
         ctx.set(dut.publish, 0)
         await ctx.tick().repeat(12)
 
-    seen = run(bench)
+    seen = run(bench, config)
     assert [(c, a) for c, a, _ in seen.writes] == [(6, 5), (8, 9), (10, 12)]
     assert seen.draining == list(range(4, 4 + 2 * 3 + 1))
 
 
-def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing():
+@BUILDS
+def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing(config):
     """DMA reads in any pattern during a drain of a full buffer: each read holds the
     next write back, and every staged word still reaches GMEM once, in order, with its
     data. (The buffer reads its next entry while it holds one, written or not.)"""
@@ -151,12 +162,13 @@ def test_reads_at_any_cycle_of_a_drain_delay_it_and_lose_nothing():
             await ctx.tick().repeat(2 * len(addrs) + 2)
             assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
 
-        seen = run(bench)
+        seen = run(bench, config)
         assert [(a, d) for _, a, d in seen.writes] == [(a, a * 3) for a in addrs]
         assert not {c for c, _, _ in seen.writes} & set(seen.reading)
 
 
-def test_a_second_region_publishes_from_its_first_entry():
+@BUILDS
+def test_a_second_region_publishes_from_its_first_entry(config):
     """Regions back to back in one buffer: one published, one discarded half-way
     through its drain, one published. Each publish starts from the first entry (a
     drain's end and a discard leave the buffer's read position at it), so only the
@@ -177,5 +189,5 @@ def test_a_second_region_publishes_from_its_first_entry():
             await ctx.tick().repeat(2 * len(addrs) + 2)
             assert not ctx.get(dut.draining) and ctx.get(dut.level) == 0
 
-    writes = [(a, d) for _, a, d in run(bench).writes]
+    writes = [(a, d) for _, a, d in run(bench, config).writes]
     assert writes == [(a, a * 3) for a in (*first, 20, 21, *third)]
