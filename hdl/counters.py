@@ -24,8 +24,8 @@ class CounterReadSignature(wiring.Signature):
     """A port that reads one 64-bit counter at a time, from the reader's side.
 
     The reader pulses ``stb`` for one cycle with the counter's ``index``; some cycles
-    later ``ack`` pulses for one cycle with its value in ``data``. The reader sends the
-    next ``stb`` only after the ``ack``.
+    later ``ack`` pulses for one cycle with its value in ``data``, which holds until
+    the next ``stb``. The reader sends the next ``stb`` only after the ``ack``.
 
     Parameters
     ----------
@@ -103,9 +103,9 @@ class PerfCounters(wiring.Component):
         Names of counters (kept in the RAM) whose increments are registered once more.
     compact : bool
         Built for area (:attr:`TileConfig.compact`): each increment is registered
-        once, with ``freeze``, ``clear`` and ``void`` of its own cycle applied, and a
-        read step's sum is the flush's adder's, answered from the second stage. The
-        counts are the same; a read is answered a cycle sooner (5 to 7 cycles after
+        once, with ``freeze``, ``clear`` and ``void`` of its own cycle applied, a RAM
+        word is added and written back in the cycle it is read, and a read step's sum
+        is the flush's adder's. The counts are the same; a read is answered a cycle sooner (5 to 7 cycles after
         its ``stb``), and the ``pipelined`` counters are not pipelined (their reads
         count as the others' do).
 
@@ -228,7 +228,8 @@ class PerfCounters(wiring.Component):
         stale = Signal(slots, init=(1 << slots) - 1)
         scan = Signal(range(slots))
 
-        m.submodules.ram = ram = Memory(shape=64, depth=slots, init=[])
+        # Built for area, one more word, never written, reads 0 (below).
+        m.submodules.ram = ram = Memory(shape=64, depth=slots + self.compact, init=[])
         wr = ram.write_port()
         rp = ram.read_port()
         # No read is of the word written in its cycle (below): the iCE40 build declares
@@ -236,7 +237,8 @@ class PerfCounters(wiring.Component):
         self.ram_ports = (wr, rp)
 
         # Stage 1: the RAM word is being read; stage 2: it is added and written back
-        # (a flush); stage 3: it is added and returned (a read).
+        # (a flush); stage 3: it is added and returned (a read). (Built for area, the
+        # first two are one, and a read is answered from the second: below.)
         s1_slot, s2_slot = Signal.like(scan), Signal.like(scan)
         s1_flush, s2_flush = Signal(), Signal()
         s1_read, s2_read = Signal(), Signal()
@@ -267,7 +269,6 @@ class PerfCounters(wiring.Component):
         slot = Signal.like(scan)
         m.d.comb += [
             slot.eq(Mux(reading, req_slot, scan)),
-            rp.addr.eq(slot),
         ]
         # The pending count of the scanner's word is selected in two registered
         # steps, within each group of READ_GROUP counters by the low bits of `scan`,
@@ -377,6 +378,31 @@ class PerfCounters(wiring.Component):
         with m.Elif(~reading):
             m.d.sync += stale.eq(stale & ~(Const(1, slots) << scan))
 
+        if self.compact:
+            # Built for area, the word is added and written back in the cycle it comes
+            # out of the RAM: a second stage held it in 64 flip-flops that took a logic
+            # cell each on the UP5K, loaded from the RAM with no LUT in front. A read's
+            # sum is registered then and answered a cycle later, when the deep build's
+            # second stage would answer it. (A word written a cycle sooner is read
+            # again no sooner: the rules above wait for the second stage still.) A
+            # stale word is read from the word past the counters', never written, so
+            # 0: zeroed after the RAM, each bit took a LUT of its own in front of
+            # the adder's carry chain.
+            m.d.comb += rp.addr.eq(Mux(Mux(reading, req_stale, scan_stale), slots, slot))
+            total = Signal(64)
+            m.d.comb += [
+                total.eq(rp.data + Array(s1_scan_group)[s1_slot[low:]]),
+                wr.addr.eq(s1_slot),
+                wr.data.eq(total),
+                wr.en.eq(s1_flush),
+            ]
+            with m.If(s1_read):
+                m.d.sync += rd.data.eq(total)
+            m.d.sync += s2_read.eq(s1_read)
+            with m.If(s2_read):
+                m.d.sync += rd.ack.eq(1)
+            return
+        m.d.comb += rp.addr.eq(slot)
         m.d.sync += [
             s2_slot.eq(s1_slot),
             s2_flush.eq(s1_flush),
@@ -389,10 +415,6 @@ class PerfCounters(wiring.Component):
             wr.data.eq(s2_word + s2_pend),
             wr.en.eq(s2_flush),
         ]
-        if self.compact:
-            with m.If(s2_read):
-                m.d.sync += [rd.data.eq(wr.data), rd.ack.eq(1)]
-            return
         m.d.sync += [
             s3_read.eq(s2_read),
             s3_word.eq(s2_word),
