@@ -46,9 +46,10 @@ class CsrBank(wiring.Component):
       endpoints); built for area (``compact``), all the registers are one group;
     * a read of a counter's ``_LO`` word asks :attr:`counter_read` for the counter
       (from the decode) and ACKs with bits [31:0] of its value the cycle after the
-      answer, latching bits [63:32] into a shadow register shared by all counters; a
-      read of a ``_HI`` word ACKs with the shadow (as a register read), so reading LO
-      then HI is atomic;
+      answer, latching bits [63:32] into a shadow register shared by all counters
+      (built for area, the answer's, which holds until the next read); a read of a
+      ``_HI`` word ACKs with the shadow (as a register read), so reading LO then HI is
+      atomic;
     * a write ACKs and updates the register's RW fields and pulses its W1 fields, if
       the register has a writable field, ``sel`` is ``0b1111`` and the register's
       :attr:`refuse` signal is low in the cycle of the answer; a refused write is
@@ -167,8 +168,13 @@ class CsrBank(wiring.Component):
         m = Module()
         bus = self.bus
 
-        # The high word of the last counter whose LO word was read.
-        shadow = Signal(32)
+        # The high word of the last counter whose LO word was read. Built for area, the
+        # counters' answer itself, which holds until the next read: a copy took 32
+        # logic cells of the UP5K, loaded from another register with no LUT between.
+        if self._counters and self.compact:
+            shadow = self.counter_read.data[32:]
+        else:
+            shadow = Signal(32)
         # A counter's LO word is being read: the access waits for the counters.
         counting = Signal()
         # The access as it was seen a cycle ago (the master holds it until the answer).
@@ -238,7 +244,8 @@ class CsrBank(wiring.Component):
             m.d.sync += ctr.stb.eq(0)
             with m.If(counting & ctr.ack):
                 answer_read(ctr.data[:32])
-                m.d.sync += [shadow.eq(ctr.data[32:]), counting.eq(0)]
+                m.d.sync += [*([] if self.compact else [shadow.eq(ctr.data[32:])]),
+                             counting.eq(0)]
 
         # An access is registered the cycle it is seen (`seen`) and decoded from there
         # the cycle after, if the master still holds it (one that was withdrawn is not

@@ -97,6 +97,28 @@ def test_carries_into_high_word(compact):
 
 
 @BUILDS
+def test_an_answer_holds_until_the_next_read(compact):
+    """``data`` keeps a read's answer, from the RAM or a register, while the counters
+    go on counting, until the next ``stb``: the CSR bank built for area answers a
+    counter's high word from it."""
+    dut = PerfCounters(["A", "B", "C"], inc_width=4, immediate=["C"], compact=compact)
+
+    async def bench(ctx):
+        for n in dut.names:
+            ctx.set(dut.inc[n], 5)
+        await ctx.tick().repeat(6)
+        for n in ("A", "C", "B", "A"):
+            value, _ = await read(ctx, dut, n)
+            assert value > 0
+            for _ in range(40):
+                await ctx.tick()
+                assert ctx.get(dut.read.data) == value
+            assert (await read(ctx, dut, n))[0] > value
+
+    run(dut, bench)
+
+
+@BUILDS
 def test_index_past_the_last_reads_zero(compact):
     # Index 3 is past the last.
     dut = PerfCounters(["A", "B", "C"], inc_width=4, compact=compact)
