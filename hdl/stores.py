@@ -11,11 +11,12 @@ RAM with one read port then holds the store, half the iCE40 block RAMs of two.
 
 No read the control unit uses meets a host write of its word: the writes refused by
 policy cover everything it reads, when it reads it and in the cycle before, in which
-a write that lands with the read would have been decided (host writes are posted: the
-active plan bank, or both while ``lock_all``; the kernel slot ``locked_slot`` while
+a write that lands with the read would have been decided (host writes are posted; the
+build for area's land in the cycle that decides them). Refused are the writes to the
+active plan bank, or both while ``lock_all``; to the kernel slot ``locked_slot`` while
 ``lock``, which the control unit registers for the slot it executes and, from its
 execution cycle, for the slot a CALL fetches from, the kernel store's writes waiting
-out the CALL's decode cycle, ``hold``), and the host's own read
+out the CALL's decode cycle, ``hold``. And the host's own read
 never shares a cycle with its write. The bitstream builds rely
 on it: they tell Yosys that such a collision may read anything
 (``fusetile.host.fpga.UNDEFINED_COLLISIONS``), which spares the logic that would make
@@ -134,10 +135,15 @@ class _StoreBase(wiring.Component):
         # locks what it reads a cycle before it reads it (the called slot from the
         # CALL's decode; the banks while it runs) and the host cannot swap the banks
         # or start a run before its write has landed.
+        # Built for area (`compact`), the write is not posted: it reaches the memory in
+        # the cycle that decides it. Its registers took 32 logic cells of the UP5K
+        # and more, loaded from the bus with no LUT between; the refusals cover that
+        # cycle as they do the next (the control unit's lock is up in the cycle
+        # before it reads), and the word is there a cycle sooner.
         host_addr = Signal.like(mem_addr, name="host_addr", reset_less=True)
         host_data = Signal(instr_bits, name="host_data", reset_less=True)
         host_we = Signal(window.instr_words, name="host_we")
-        m.d.sync += [
+        m.d["comb" if self.config.compact else "sync"] += [
             host_addr.eq(mem_addr),
             host_data.eq(Cat(bus.dat_w for _ in range(window.instr_words))),
             host_we.eq(Mux(write_ok, 1 << word, 0)),
