@@ -459,22 +459,23 @@ def _argmax_merge(m, take_word, first, column, word_max, word_arg, lanes):
     return best_index
 
 
-def _flag(m, vargmax, cmp, imm, expect, cmp_max, best_index):
-    """The flag register: VARGMAX's test (``best_index == expect``) when ``vargmax``,
-    else VCMP's comparison ``cmp`` of ``cmp_max`` with ``imm``."""
+def _flag(m, vargmax, cmp, imm, expect, cmp_max, best_index, domain="sync"):
+    """The flag register (a wire in ``domain`` "comb"): VARGMAX's test (``best_index ==
+    expect``) when ``vargmax``, else VCMP's comparison ``cmp`` of ``cmp_max`` with
+    ``imm``."""
     flag = Signal(name="flag")
     with m.If(vargmax):
-        m.d.sync += flag.eq(best_index == expect)
+        m.d[domain] += flag.eq(best_index == expect)
     with m.Else():
         with m.Switch(cmp):
             with m.Case(CmpOp.GE):
-                m.d.sync += flag.eq(cmp_max >= imm)
+                m.d[domain] += flag.eq(cmp_max >= imm)
             with m.Case(CmpOp.GT):
-                m.d.sync += flag.eq(cmp_max > imm)
+                m.d[domain] += flag.eq(cmp_max > imm)
             with m.Case(CmpOp.LT):
-                m.d.sync += flag.eq(cmp_max < imm)
+                m.d[domain] += flag.eq(cmp_max < imm)
             with m.Case(CmpOp.EQ):
-                m.d.sync += flag.eq(cmp_max == imm)
+                m.d[domain] += flag.eq(cmp_max == imm)
     return flag
 
 

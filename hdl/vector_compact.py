@@ -13,15 +13,15 @@ the stages such a clock needs:
   registered (the deep unit's stages 0 to 2 and its lane tree); the operands of a
   scaled word (VADD's ``x - ZP``) go straight into the lane multipliers' operand
   registers, the DSP blocks' own, as a REQUANT row does;
-* cycle 2: the products, in the DSP blocks' output registers (VCMP's comparison and
-  VARGMAX's test, beside them);
+* cycle 2: the products, in the DSP blocks' output registers; VCMP's comparison and
+  VARGMAX's test, beside them, and the unscaled results into the output register;
 * cycle 3: the products' sum; 4: the shift and the sticky bit; 5: rounding, zero
   point and clamp; 6: the output register.
 
 ``LATENCY`` is therefore 6 and ``REQUANT_LATENCY`` 5 (:mod:`fusetile.kernels.config`),
 ``vector_passes - 1`` more with fewer lane multipliers than lanes. The results that
 are not scaled (VCLAMP's, a maximum VPOOL's, VCMP's and VARGMAX's) do not wait for
-the scaling: they go to the output register from cycle 2, ``UNSCALED_LATENCY`` = 3
+the scaling: they go to the output register in cycle 2, ``UNSCALED_LATENCY`` = 2
 cycles after their last word, whatever the passes. The golden model's cycles follow
 the configuration. Every stage past the first carries only what the later stages
 read: the scaling registers go along as far as each is needed.
@@ -122,7 +122,7 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
 class CompactVectorAlu(VectorAlu):
     """:class:`~fusetile.hdl.vector.VectorAlu` built for area: the same operations and
     ports, in ``LATENCY`` = 6 cycles for a scaled word (VADD, an average VPOOL's
-    last), ``UNSCALED_LATENCY`` = 3 for the others' results and ``REQUANT_LATENCY`` =
+    last), ``UNSCALED_LATENCY`` = 2 for the others' results and ``REQUANT_LATENCY`` =
     5 for a row (the first and the last ``vector_passes - 1`` more each with fewer
     lane multipliers than lanes: :attr:`latency`, :attr:`unscaled_latency`,
     :attr:`requant_latency`). A scaled and an unscaled result must not be due in one
@@ -254,8 +254,9 @@ class CompactVectorAlu(VectorAlu):
         s1_imm = _register(m, pay.imm, "s1_imm")
         s1_expect = _register(m, pay.expect, "s1_expect")
 
-        # -- cycle 2: VCMP's comparison and VARGMAX's test -----------------------------
-        flag = _flag(m, s1_vargmax, s1_cmp, s1_imm, s1_expect, cmp_max, best_index)
+        # -- cycle 2: VCMP's comparison and VARGMAX's test, into the output register ----
+        flag = _flag(m, s1_vargmax, s1_cmp, s1_imm, s1_expect, cmp_max, best_index,
+                     domain="comb")
 
         # -- cycles 1 to 5: the scaling ----------------------------------------------------
         # (opa * MULT_A + opb * MULT_B) of a word, or acc * mult of a row as it comes
@@ -282,31 +283,29 @@ class CompactVectorAlu(VectorAlu):
 
         # -- cycle 6: the output register --------------------------------------------
         # A scaled word's result is there in the cycle before it (with more than one
-        # pass, in its last group's cycle), the others' from cycle 2 (UNSCALED_LATENCY
-        # = 3): they do not wait for the scaling. The two are never due in one cycle
-        # (the compute unit runs one command at a time; a stream that mixes them must
-        # keep them apart). Pairs leave the upper half of the lanes 0.
+        # pass, in its last group's cycle), the others' in cycle 2 (UNSCALED_LATENCY
+        # = 2), from cycle 1's registers: they do not wait for the scaling. The two
+        # are never due in one cycle (the compute unit runs one command at a time; a
+        # stream that mixes them must keep them apart). Pairs leave the upper half of
+        # the lanes 0.
         at_result = self.latency - 2            # cycles from cycle 1
         scaled_valids = [s1_scaled_valid]       # scaled_valids[k]: cycle 1 + k
         for k in range(1, at_result + 1):
             scaled_valids.append(_register(m, scaled_valids[-1], f"s{k + 1}_scaled_valid",
                                            reset_less=False))
         res_scaled = scaled_valids[at_result]
-        unscaled_valid = _register(m, s1_unscaled_valid, "s2_unscaled_valid",
-                                   reset_less=False)
-        res_op = _wire(m, Mux(res_scaled, _delay(m, s1_op, at_result, "scaled_op"),
-                              _register(m, s1_op, "s2_op")), "res_op")
+        res_op = _wire(m, Mux(res_scaled, _delay(m, s1_op, at_result, "scaled_op"), s1_op),
+                       "res_op")
         res_pairs = _wire(m, Mux(res_scaled, _delay(m, s1_pairs, at_result, "scaled_pairs"),
-                                 _register(m, s1_pairs, "s2_pairs")), "res_pairs")
-        _output(m, self.o, res_scaled | unscaled_valid, res_op, res_pairs, res_scaled,
-                scaled, saturated, _register(m, word, "s2_word"), flag,
-                _register(m, best_index, "s2_index"))
+                                 s1_pairs), "res_pairs")
+        _output(m, self.o, res_scaled | s1_unscaled_valid, res_op, res_pairs, res_scaled,
+                scaled, saturated, word, flag, best_index)
 
         # A word that gives no result (a reduction's but the last) is in flight for a
         # cycle: its merge.
         in_flight = _register(m, valid & reduction & ~pay.last, "merging", reset_less=False)
         m.d.comb += self.busy.eq(Cat(in_flight, *scaled_valids, s1_unscaled_valid,
-                                     unscaled_valid, *row_valids[:-1]).any())
+                                     *row_valids[:-1]).any())
         return m
 
 

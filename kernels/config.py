@@ -33,7 +33,7 @@ COMPACT_VECTOR_LATENCY = 6
 COMPACT_REQUANT_LATENCY = 5
 #: Cycles from the word completing an unscaled result (VCLAMP, a maximum VPOOL, VCMP,
 #: VARGMAX) to the result, in that unit: it does not wait for the scaled path's.
-COMPACT_UNSCALED_LATENCY = 3
+COMPACT_UNSCALED_LATENCY = 2
 #: Cycles from the operand check's start to its answer (hdl/operands.py; VPOOL's a cycle
 #: more), and the same built for area for an instruction whose operand ends take
 #: ``count x stride`` products (MATMUL, REQUANT, VPOOL): those are made a bit of the
@@ -101,11 +101,11 @@ class TileConfig:
         :attr:`requant_latency`, :meth:`check_latency`), which the golden model
         follows. So far the vector unit
         (:class:`fusetile.hdl.vector_compact.CompactVectorAlu`), the operand check,
-        the counters, the DMA engine, the instruction stores' host reads, the
-        compute command, the scratchpad's partition tests, the CSR bank's reads,
-        the plan decode's SWITCH and the trace FIFO's writes have such a build, and
-        the compute unit's leaves its partition test to the operand check; the
-        small boards' choice.
+        the counters, the DMA engine, the instruction stores' host reads and writes,
+        the compute command, the scratchpad's partition tests, the CSR bank's reads,
+        the plan decode's SWITCH, the trace FIFO's writes and the staging buffer's
+        drain have such a build, and the compute unit's leaves its partition test to
+        the operand check; the small boards' choice.
 
     Raises
     ------
