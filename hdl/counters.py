@@ -105,9 +105,9 @@ class PerfCounters(wiring.Component):
         Built for area (:attr:`TileConfig.compact`): each increment is registered
         once, with ``freeze``, ``clear`` and ``void`` of its own cycle applied, a RAM
         word is added and written back in the cycle it is read, and a read step's sum
-        is the flush's adder's. The counts are the same; a read is answered a cycle sooner (5 to 7 cycles after
-        its ``stb``), and the ``pipelined`` counters are not pipelined (their reads
-        count as the others' do).
+        is the flush's adder's. The counts are the same; a read is answered a cycle
+        sooner (5 to 7 cycles after its ``stb``), and the ``pipelined`` counters are
+        not pipelined (their reads count as the others' do).
 
     Attributes
     ----------

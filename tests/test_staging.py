@@ -34,10 +34,10 @@ async def stage(ctx, dut, addrs):
 
 
 def run(bench, config):
-    """Run ``bench(ctx, dut, seen)`` on a fresh buffer built for ``config`` and watch its GMEM side in
-    ``seen`` (returned): the ``writes`` that reached GMEM (cycle, addr, data), the
-    cycles of DMA ``reading`` and those with ``draining`` high. Every write claims the
-    port."""
+    """Run ``bench(ctx, dut, seen)`` on a fresh buffer built for ``config`` and watch
+    its GMEM side in ``seen`` (returned): the ``writes`` that reached GMEM (cycle,
+    addr, data), the cycles of DMA ``reading`` and those with ``draining`` high. Every
+    write claims the port."""
     dut = StagingBuffer(config)
     seen = SimpleNamespace(writes=[], reading=[], draining=[])
 
