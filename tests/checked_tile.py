@@ -10,7 +10,7 @@ the contract:
 * the instruction stores: a read the control unit uses (``*_rd_en``) is of a bank or
   slot whose host writes the store refuses in that cycle and in the one before, or
   holds in the one before (a host write is posted: it lands the cycle after it is
-  decided; ``hdl/stores.py``);
+  decided; built for area it lands in that cycle; ``hdl/stores.py``);
 * the units' own partition tests (``hdl/dma.py``, ``hdl/compute.py``) agree with the
   scratchpad's: no unit presents an access that the scratchpad finds outside the
   partition;
