@@ -49,7 +49,7 @@ class DoesNotFit(FpgaError):
         What nextpnr's log says the design uses of each resource, as :func:`build`'s
         ``resources`` name them (name -> ``used``, ``available``).
     log : str
-        That log.
+        The path of that log.
     """
 
     def __init__(self, message, resources, log):
@@ -300,16 +300,15 @@ def _utilisation(log_path):
             re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%", log, re.M)}
 
 
-def _overused(log_path):
-    """The resources nextpnr's log says are over 100 % ("ICESTORM_LC 23135/5280"), if
-    it stopped for that."""
+def _overused(found):
+    """The resources of ``found`` (:func:`_utilisation`'s) over 100 % ("ICESTORM_LC
+    23135/5280"): those nextpnr stopped for, if it did."""
     return [f"{name} {used}/{available}"
-            for name, (used, available) in _utilisation(log_path).items() if used > available]
+            for name, (used, available) in found.items() if used > available]
 
 
-def _resources_from_log(log_path, family):
-    """:func:`_utilisation` as :func:`build`'s ``resources`` name them."""
-    found = _utilisation(log_path)
+def _resources(found, family):
+    """``found`` (:func:`_utilisation`'s) as :func:`build`'s ``resources`` name them."""
     return {ours: {"used": found[theirs][0], "available": found[theirs][1]}
             for ours, theirs in _RESOURCES[family].items() if theirs in found}
 
@@ -522,12 +521,11 @@ def _execute(plan, build_dir, env, device, family, time_limit=None, running=None
     finally:
         running.discard(script)
     if code != 0:
-        over = _overused(root / "fusetile.tim")     # (absolute: see _EXTRACTING)
-        if over:
+        found = _utilisation(root / "fusetile.tim")     # (absolute: see _EXTRACTING)
+        if over := _overused(found):
             log = f"{build_dir}/fusetile.tim"
             raise DoesNotFit(f"the design does not fit the {device}: " + ", ".join(over)
-                             + f" (nextpnr's log: {log})",
-                             _resources_from_log(root / "fusetile.tim", family), log)
+                             + f" (nextpnr's log: {log})", _resources(found, family), log)
         raise FpgaError(f"the {family} toolchain failed (exit {code}); "
                         f"see {build_dir}/fusetile.rpt and {build_dir}/fusetile.tim")
 

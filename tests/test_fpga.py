@@ -665,9 +665,10 @@ def test_a_design_that_does_not_fit_is_named(tmp_path):
     says which, from nextpnr's own utilisation lines."""
     log = tmp_path / "fusetile.tim"
     log.write_text(_OVERFULL_LOG)
-    assert fpga._overused(log) == ["ICESTORM_LC 23135/5280", "ICESTORM_DSP 50/8"]
-    assert fpga._overused(tmp_path / "absent.tim") == []
-    assert fpga._resources_from_log(log, "ice40") == {
+    found = fpga._utilisation(log)
+    assert fpga._overused(found) == ["ICESTORM_LC 23135/5280", "ICESTORM_DSP 50/8"]
+    assert fpga._overused(fpga._utilisation(tmp_path / "absent.tim")) == []
+    assert fpga._resources(found, "ice40") == {
         "lc": {"used": 23135, "available": 5280}, "bram": {"used": 20, "available": 30},
         "dsp": {"used": 50, "available": 8}}
 
