@@ -157,14 +157,15 @@ BOARDS = {b.name: b for b in (
         family="ice40", clock="clk12", reset="button", leds=2,
         # A 2 x 2 array on 32-bit words (a DSP per product: 4 of the UP5K's 8, the
         # vector unit's lane multiplier the other 4), one vector lane for the four,
-        # GMEM in the SPRAM (128 KiB), small memories, no per-slot, per-flag or
+        # GMEM in the SPRAM (128 KiB), small memories, a DMA queue of one command
+        # (a register; two took 208 flip-flops), no per-slot, per-flag or
         # per-bank counters, the units built for area where they have such a build
         # (`compact`). The tile still needs about 2.2 times a UP5K's 5,280 logic
         # cells (docs/fpga.md): the architecture has to shrink further.
         config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=2, spad_bank_words=256,
                           partitions=4, kernel_slots=4, slot_depth=64, plan_depth=64,
                           gmem_bytes=128 * 1024, trace_depth=16, staging_words=16,
-                          dma_queue=2, slot_counters=False, branch_counters=False,
+                          dma_queue=1, slot_counters=False, branch_counters=False,
                           bank_counters=False, vector_lanes=1, compact=True),
         clock_hz=24e6,
         gmem_ports="single",

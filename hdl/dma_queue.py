@@ -28,7 +28,10 @@ class DmaQueue(wiring.Component):
     Parameters
     ----------
     config : TileConfig
-        ``dma_queue`` sets the depth.
+        ``dma_queue`` sets the depth. With 1 the queue is one register
+        (:class:`~amaranth.lib.fifo.SyncFIFOBuffered`'s own case): a command is
+        offered to the engine the cycle after its push, and the next push waits
+        until the engine has taken it.
 
     Attributes
     ----------

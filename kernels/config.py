@@ -77,7 +77,10 @@ class TileConfig:
         Words of GMEM stores a speculative region can hold until COMMIT publishes them
         (a power of two); a region that stores more is rolled back.
     dma_queue : int
-        DMA commands a kernel can queue ahead of the engine (a power of two).
+        DMA commands a kernel can queue ahead of the engine (a power of two). With 1
+        (the iCEBreaker's), the queue is a single register: a command waits there
+        while the engine works on the one before, and the next push waits until the
+        engine has taken it.
     slot_counters : bool
         Whether per-slot call and cycle counters are built.
     branch_counters : bool
@@ -144,7 +147,7 @@ class TileConfig:
         "partitions": (1, 16), "kernel_slots": (1, 16),
         "slot_depth": (2, 1024), "plan_depth": (2, 2048),
         "gmem_bytes": (4, 1 << 20), "trace_depth": (2, 256),
-        "staging_words": (2, 1024), "dma_queue": (2, 16), "vector_lanes": (1, 64),
+        "staging_words": (2, 1024), "dma_queue": (1, 16), "vector_lanes": (1, 64),
     }
 
     def __post_init__(self):

@@ -366,7 +366,8 @@ class TileModel:
         self.fault = FaultRecord()
         self._call = None            # statistics of the current kernel call
 
-        # DMA queue (a SyncFIFOBuffered: inner storage + output register) and engine
+        # DMA queue (a SyncFIFOBuffered: inner storage + output register, or with a
+        # depth of 1 the output register alone) and engine
         self._inner = deque()
         self._out = None
         self._engine = None          # the transfer the engine took last
@@ -527,6 +528,8 @@ class TileModel:
 
     # -- the DMA queue and engine ---------------------------------------------------------
     def _queue_w_rdy(self):
+        if self.config.dma_queue == 1:
+            return self._out is None        # a single register, free once taken
         return len(self._inner) != self.config.dma_queue - 1
 
     def _schedule(self, t, x):
@@ -649,7 +652,10 @@ class TileModel:
         elif issued:
             self._out = None
         if push is not None:
-            self._inner.append(push)
+            if self.config.dma_queue == 1:
+                self._out = push            # the register, as it was empty
+            else:
+                self._inner.append(push)
             self._tokens[push.token] += 1
         # A transfer that faulted raises the engine's sticky fault after its last
         # busy cycle.

@@ -127,13 +127,15 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed):
     """The tile as the iCEBreaker builds it: the instruction stores read through the
     control unit's port only when it fetches (every way into a fetch must ask for
     the read), GMEM behind one port, the trace FIFO written a quarter of a record
-    per cycle (the traces compared too) and the units built for area."""
-    top = CheckedTile(COMPACT, gmem_ports="single", store_ports="shared", trace_width=64)
-    with open_transport("model", config=COMPACT) as model, \
-            open_transport("amaranth", config=COMPACT, top=top) as rtl:
+    per cycle (the traces compared too), a DMA queue of one command and the units
+    built for area."""
+    config = replace(COMPACT, dma_queue=1)
+    top = CheckedTile(config, gmem_ports="single", store_ports="shared", trace_width=64)
+    with open_transport("model", config=config) as model, \
+            open_transport("amaranth", config=config, top=top) as rtl:
         model, rtl = Device(model), Device(rtl)
         for k in range(3):
-            check(model, rtl, random_program(seed * 10 + k, COMPACT))
+            check(model, rtl, random_program(seed * 10 + k, config))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -172,6 +174,28 @@ def test_the_spine_is_cycle_exact(amaranth_pair):
     assert result["mark"] == 7 and result["counters"]["spec_misses"] == 1
     counts = [{name: dev.counters()[name] for name in SPINE_COUNTERS} for dev in (rtl, model)]
     assert counts[0] == counts[1] and counts[0]["rollback_cycles"] > 0
+
+
+def test_a_queue_of_one_command():
+    """With ``dma_queue`` 1 (the iCEBreaker's) the queue is one register: the third of
+    three loads in a row waits until the engine has taken the second, and the work
+    after them starts that much later. The model counts the RTL's cycles, and the
+    kernel takes longer than behind a queue of four commands."""
+    config = replace(SMALL, dma_queue=1)
+    kernel = [dma_load(gmem=0, spad=0, cols=4), dma_load(gmem=8, spad=4, cols=4, token=1),
+              dma_load(gmem=16, spad=8, cols=4, token=2), *[nop()] * 8, wait(), ret()]
+    program = _minimal(kernel, [call(0), done()])
+    with open_transport("model", config=config) as model, \
+            open_transport("amaranth", config=config, top=CheckedTile(config)) as rtl:
+        model, rtl = Device(model), Device(rtl)
+        check(model, rtl, program)
+        one = [{name: dev.counters()[name] for name in SPINE_COUNTERS} for dev in (rtl, model)]
+    with open_transport("model", config=SMALL) as model:
+        run_program(Device(model), program)
+        four = {name: Device(model).counters()[name] for name in SPINE_COUNTERS}
+    assert one[0] == one[1]
+    assert one[0]["active_cycles"] > four["active_cycles"]
+    assert one[0]["dma_busy"] == four["dma_busy"]
 
 
 # A fault or a miss aborts the units the cycle after it (the control unit's register,
