@@ -216,19 +216,37 @@ class CompactVectorAlu(VectorAlu):
         opa = Signal(data.ArrayLayout(signed(16), lanes), name="opa")
         opb = Signal(data.ArrayLayout(signed(9), lanes), name="opb")
         if tail:
-            # What the word's later passes take: its operands' other groups.
+            # With more than one pass the word's lanes wait as they came (VADD's a and
+            # b, or the sums), and the zero points are subtracted from the group the
+            # multipliers take: a subtraction per lane multiplier rather than per lane.
+            raw_a = Signal(data.ArrayLayout(signed(16), lanes), name="raw_a")
+            raw_b = Signal(data.ArrayLayout(signed(8), lanes), name="raw_b")
+            vadd = Signal(name="raw_vadd")      # they are VADD's: subtract the zero points
             rest = [Signal(value.shape(), name=f"{name}_rest", reset_less=True)
-                    for value, name in ((opa, "opa"), (opb, "opb"))]
-            m.d.sync += [r.eq(value) for r, value in zip(rest, (opa, opb))]
-            m.d.comb += [opa.eq(_next_group(rest[0], group)),
-                         opb.eq(_next_group(rest[1], group))]
-        with m.If(scaled_in):
-            with m.If(is_vpool):
-                m.d.comb += [opa[j].eq(pooled[j]) for j in range(lanes)]
-                m.d.comb += opb.eq(0)
-            with m.Else():
-                m.d.comb += [opa[j].eq(a[j] - regs.zp_a) for j in range(lanes)]
-                m.d.comb += [opb[j].eq(pay.b[j] - regs.zp_b) for j in range(lanes)]
+                    for value, name in ((raw_a, "raw_a"), (raw_b, "raw_b"), (vadd, "raw_vadd"))]
+            m.d.sync += [r.eq(value) for r, value in zip(rest, (raw_a, raw_b, vadd))]
+            m.d.comb += [raw_a.eq(_next_group(rest[0], group)),
+                         raw_b.eq(_next_group(rest[1], group)),
+                         vadd.eq(rest[2])]
+            with m.If(scaled_in):
+                with m.If(is_vpool):
+                    m.d.comb += [*(raw_a[j].eq(pooled[j]) for j in range(lanes)),
+                                 raw_b.eq(0), vadd.eq(0)]
+                with m.Else():
+                    m.d.comb += [*(raw_a[j].eq(a[j]) for j in range(lanes)),
+                                 *(raw_b[j].eq(pay.b[j]) for j in range(lanes)), vadd.eq(1)]
+            zp_a = _wire(m, Mux(vadd, regs.zp_a, 0), "raw_zp_a")
+            zp_b = _wire(m, Mux(vadd, regs.zp_b, 0), "raw_zp_b")
+            m.d.comb += [*(opa[j].eq(raw_a[j] - zp_a) for j in range(group)),
+                         *(opb[j].eq(raw_b[j] - zp_b) for j in range(group))]
+        else:
+            with m.If(scaled_in):
+                with m.If(is_vpool):
+                    m.d.comb += [opa[j].eq(pooled[j]) for j in range(lanes)]
+                    m.d.comb += opb.eq(0)
+                with m.Else():
+                    m.d.comb += [opa[j].eq(a[j] - regs.zp_a) for j in range(lanes)]
+                    m.d.comb += [opb[j].eq(pay.b[j] - regs.zp_b) for j in range(lanes)]
 
         # VCMP, VARGMAX: lanes above `lane` of the last word are ignored, and all
         # lanes but `lane` for the operations that look at that lane alone (VCMP
