@@ -428,7 +428,10 @@ class ControlUnit(wiring.Component):
         m.d.comb += [
             record.slot.eq(self.slot),
             record.bank.eq(self.exec_bank),
-            record.pc.eq(call_pc),
+            # (Built for area, the CALL's plan PC is plan_pc itself: it holds still from
+            # the CALL's fetch until the RET, or the fault or miss that cuts the call
+            # short, the cycles a record is pushed in.)
+            record.pc.eq(self.plan_pc if cfg.compact else call_pc),
             record.start.eq(call_start),
             # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
             record.cycles.eq(call_cycles + last),
@@ -495,7 +498,16 @@ class ControlUnit(wiring.Component):
         # front of it were a8fc9f8's 295). Outside a kernel the only kernel read is a
         # CALL's, of its slot's first micro-instruction: the slot is the one locked
         # against host writes either way.
-        next_upc = Signal(16, init=1)
+        # Built for area, micro_pc and next_upc are as wide as their values: micro_pc
+        # gets past the slot's last instruction only to slot_depth, where its fetch
+        # faults, so next_upc only to slot_depth + 1.
+        if cfg.compact:
+            micro_pc = Signal(range(cfg.slot_depth + 1), name="micro_pc")
+            next_upc = Signal(range(cfg.slot_depth + 2), init=1)
+            m.d.comb += self.micro_pc.eq(micro_pc)
+        else:
+            micro_pc = self.micro_pc
+            next_upc = Signal(16, init=1)
         m.d.comb += [self.kern_rd_slot.eq(self.locked_slot),
                      self.kern_rd_upc.eq(Mux(self.in_kernel, next_upc, 0))]
         # next_pc and whether it is past the bank, registered: RET and PUBLISH go
@@ -516,7 +528,7 @@ class ControlUnit(wiring.Component):
             m.d.comb += [self.events.plan_retired.eq(1), self.plan_rd_en.eq(1)]
 
         def micro_next():
-            m.d.sync += [self.micro_pc.eq(next_upc), next_upc.eq(next_upc + 1),
+            m.d.sync += [micro_pc.eq(next_upc), next_upc.eq(next_upc + 1),
                          micro_pc_outside.eq(next_upc >= cfg.slot_depth),
                          state.eq(_State.MICRO_FETCH.code)]
             m.d.comb += [self.events.micro_retired.eq(1), self.kern_rd_en.eq(1)]
@@ -694,7 +706,9 @@ class ControlUnit(wiring.Component):
                 # (A COMMIT faults only when it is illegal.)
                 commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds & ~fetched_wrong),
                 publishes.eq((fetched.op == PlanOp.COMMIT) & guard_holds & ~fetched_wrong),
-                where.eq(fetched_where),
+                # (Built for area, the fault's address is the selected index register
+                # itself, which holds still until the instruction has executed.)
+                *([] if cfg.compact else [where.eq(fetched_where)]),
                 where_outside.eq(fetched_where_outside),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
@@ -706,7 +720,8 @@ class ControlUnit(wiring.Component):
             m.d.comb += [plan_bad_cause.eq(FaultCause.ILLEGAL_PLAN),
                          plan_bad_addr.eq(plan_ir[:32])]
         with m.Elif(switches & where_outside):
-            m.d.comb += [plan_bad_cause.eq(FaultCause.SWITCH_RANGE), plan_bad_addr.eq(where)]
+            m.d.comb += [plan_bad_cause.eq(FaultCause.SWITCH_RANGE),
+                         plan_bad_addr.eq(fetched_where if cfg.compact else where)]
         with m.Elif(calls):
             m.d.comb += [plan_bad_cause.eq(FaultCause.SLOT_INVALID), plan_bad_addr.eq(plan.sel)]
         with m.Else():
@@ -797,12 +812,15 @@ class ControlUnit(wiring.Component):
         # front of the GMEM relocation adder and the DMA queue's LUT RAM (10.5 ns of
         # 07016dc's routed paths, docs/fpga-timing.md step 38).
         # (The reserved GmemBase makes the instruction's class `illegal`.)
+        # Built for area, the CALL's arguments are read from the plan's instruction
+        # register, which holds the CALL from its fetch until the fetch after the
+        # kernel's RET: no copy of them.
         base = Signal(24)
         with m.Switch(dma_args.gmem_base):
             with m.Case(GmemBase.ARG0):
-                m.d.comb += base.eq(arg_a)
+                m.d.comb += base.eq(plan.a if cfg.compact else arg_a)
             with m.Case(GmemBase.ARG1):
-                m.d.comb += base.eq(arg_b)
+                m.d.comb += base.eq(plan.b if cfg.compact else arg_b)
         dma_cmd = self.dma_push.payload.command
         m.d.comb += [
             dma_cmd.store.eq(micro.op == MicroOp.DMA_STORE),
@@ -900,10 +918,11 @@ class ControlUnit(wiring.Component):
                         m.d.sync += [
                             self.slot.eq(plan.sel),
                             part.eq(self.slot_part[plan.sel[:4]]),
-                            arg_a.eq(plan.a), arg_b.eq(plan.b),
-                            self.in_kernel.eq(1), self.micro_pc.eq(0), next_upc.eq(1),
+                            *([] if cfg.compact else [arg_a.eq(plan.a), arg_b.eq(plan.b)]),
+                            self.in_kernel.eq(1), micro_pc.eq(0), next_upc.eq(1),
                             micro_pc_outside.eq(0),
-                            call_pc.eq(self.plan_pc), call_start.eq(self.cycles),
+                            *([] if cfg.compact else [call_pc.eq(self.plan_pc)]),
+                            call_start.eq(self.cycles),
                             call_cycles.eq(0), call_dma_busy.eq(0),
                             call_words_in.eq(0), call_words_out.eq(0),
                             call_mac_busy.eq(0), call_vec_busy.eq(0),
@@ -927,7 +946,7 @@ class ControlUnit(wiring.Component):
             m.d.sync += [micro_ir.eq(self.kern_rd_data), check_ir.eq(self.kern_rd_data),
                          exec_class.eq(self.kern_rd_class)]
             with m.If(micro_pc_outside):
-                raise_fault(at(_State.MICRO_FETCH), FaultCause.SLOT_RANGE, self.micro_pc)
+                raise_fault(at(_State.MICRO_FETCH), FaultCause.SLOT_RANGE, micro_pc)
             with m.Else():
                 m.d.sync += state.eq(_State.MICRO_EXEC.code)
 
@@ -1110,7 +1129,7 @@ class ControlUnit(wiring.Component):
                 self.fault_in_kernel.eq(self.in_kernel), self.fault_slot.eq(self.slot),
                 # (A rollback's plan_pc is the fallback's from its ROLLBACK cycle on.)
                 self.fault_pc.eq(Mux(at(_State.ROLLBACK), resume_pc, self.plan_pc)),
-                self.fault_upc.eq(self.micro_pc),
+                self.fault_upc.eq(micro_pc),
                 state.eq(_State.FAULT.code),
             ]
             abandon()

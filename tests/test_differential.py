@@ -352,6 +352,21 @@ def test_switch_past_the_bank(either_pair, table, past, reg):
         assert result["fault"] is None and result["mark"] == 5
 
 
+@pytest.mark.parametrize("reg", [0, 2])
+def test_switch_outside_its_table(either_pair, reg):
+    """A SWITCH whose index register (X0 or X2 = 2, from a VARGMAX) is not below its
+    table's length faults with SWITCH_RANGE and the index as the address: built for
+    area, the address is the selected index register itself, at execution."""
+    model, rtl = either_pair
+    kernel = [dma_load(gmem=0, spad=0, cols=4), wait(),
+              vargmax(addr=0, n=4, index=reg, lane=SMALL.word_bytes - 1),
+              wait(compute=True), ret()]
+    plan = [call(0), switch(reg, 3, 2), mark(5), done()]
+    result = check(model, rtl, _argmax_program(kernel, plan))
+    fault = result["fault"]
+    assert (fault["cause"], fault["plan_pc"], fault["addr"]) == (FaultCause.SWITCH_RANGE, 1, 2)
+
+
 @pytest.mark.parametrize("region", [False, True])
 def test_a_return_past_the_bank_faults_at_the_fetch(amaranth_pair, region):
     """A CALL (or, in a speculative region, its COMMIT) in the bank's last entry: the
