@@ -128,7 +128,14 @@ class TraceFifo(wiring.Component):
         ptr_bits = self.depth.bit_length() - 1
         m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth * beats, init=[])
         wr = mem.write_port()
-        rd = mem.read_port(transparent_for=(wr,))
+        # Built for area, the read port is not transparent: on the UP5K its emulation
+        # (a copy of each written word, and a choice between it and the block RAM's
+        # output) took about 130 logic cells. No word read in the cycle it is written
+        # is used: a record is counted in `level` from the second cycle after its first
+        # beat is written (`data` reads 0 while the FIFO is empty), its other beats are
+        # all written by the cycle after that, and the host reads the two words of the
+        # first beat before it reads another (three cycles apart at the soonest, above).
+        rd = mem.read_port(transparent_for=() if self.compact else (wr,))
 
         def address(record, b):
             """Record ``record``'s beat ``b``: the beats of a record are consecutive."""

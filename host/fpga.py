@@ -33,6 +33,7 @@ from ..kernels.config import TileConfig
 
 __all__ = ["FpgaError", "DoesNotFit", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING",
            "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS", "ICE40_UNDEFINED_COLLISIONS",
+           "ICE40_COMPACT_UNDEFINED_COLLISIONS", "undefined_collisions",
            "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
 
 
@@ -120,6 +121,23 @@ UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
 ICE40_UNDEFINED_COLLISIONS = [*UNDEFINED_COLLISIONS,
                               "setparam -set COLLISION_X_MASK 1'1 "
                               "*.tile.counters/t:$memrd_v2 *.tile.staging/t:$memrd_v2"]
+# Built for area (`TileConfig.compact`), the trace FIFO's read port is not transparent,
+# and no word it reads in the cycle it is written is used (`hdl/trace.py`): the iCE40
+# build declares it too (its emulation was about 130 logic cells of the UP5K). Only
+# then: a transparent port's collisions cannot be undefined (Yosys asserts it).
+ICE40_COMPACT_UNDEFINED_COLLISIONS = [*ICE40_UNDEFINED_COLLISIONS,
+                                      "setparam -set COLLISION_X_MASK 1'1 "
+                                      "*.tile.trace/t:$memrd_v2"]
+
+
+def undefined_collisions(family, config):
+    """The Yosys commands that declare the read ports of ``config``'s tile that may read
+    anything on a collision, in a ``family`` build."""
+    if family == "ecp5":
+        return UNDEFINED_COLLISIONS
+    return ICE40_COMPACT_UNDEFINED_COLLISIONS if config.compact else ICE40_UNDEFINED_COLLISIONS
+
+
 _SYNTH_OPTIONS = {
     "ecp5": {
         "script_after_read": "\n".join([*UNDEFINED_COLLISIONS, *KEEP_COPIES]),
@@ -134,6 +152,14 @@ _SYNTH_OPTIONS = {
     # logic cell of 5,280: Yosys merges the copies (`hdl/copies.py`) as it likes.
     "ice40": {"script_after_read": "\n".join(ICE40_UNDEFINED_COLLISIONS), "synth_opts": "-dsp"},
 }
+
+
+def _synth_options(family, config):
+    """Amaranth's synthesis options for a ``family`` build of ``config``'s tile."""
+    options = dict(_SYNTH_OPTIONS.get(family, {}))
+    if family == "ice40":
+        options["script_after_read"] = "\n".join(undefined_collisions(family, config))
+    return options
 
 
 # Placer and router, per family. On the ULX3S build the electrostatic placer ("static")
@@ -406,7 +432,7 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
                    "--timing-allow-fail", "--seed", str(s), *_NEXTPNR_OPTIONS[board.family]]
         if sdf:
             nextpnr += ["--sdf", "routed.sdf"]
-        options = {"nextpnr_opts": nextpnr, **_SYNTH_OPTIONS.get(board.family, {})}
+        options = {"nextpnr_opts": nextpnr, **_synth_options(board.family, config)}
         say(f"elaborating the tile for {board.name} ({platform.device})"
             + (f", seed {s}" if seeds > 1 else ""))
         plans[s] = platform.build(top, name="fusetile", do_build=False, **options)

@@ -25,23 +25,21 @@ from pathlib import Path
 
 from fusetile.hdl.board import board as find_board
 from fusetile.hdl.copies import KEEP_COPIES
-from fusetile.host.fpga import (ECP5_LUT_MAPPING, ICE40_LUT_MAPPING, ICE40_UNDEFINED_COLLISIONS,
-                                UNDEFINED_COLLISIONS)
+from fusetile.host.fpga import ECP5_LUT_MAPPING, ICE40_LUT_MAPPING, undefined_collisions
 
 from timing_paths import map_core       # scripts/ is on the path when run as a script
 
 
-# Yosys script per family: the board's flow up to LUT mapping, the classic ABC, the rest.
+# Yosys script per family, after the board's declarations of the RAMs whose collisions
+# are undefined: the board's flow up to LUT mapping, the classic ABC, the rest.
 _FLOWS = {
     "ecp5": [
-        *UNDEFINED_COLLISIONS,
         *KEEP_COPIES,
         "synth_ecp5 -noflatten -top fusetile -run begin:map_luts",
         *ECP5_LUT_MAPPING,
         "synth_ecp5 -noflatten -top fusetile -run map_cells:",
     ],
     "ice40": [
-        *ICE40_UNDEFINED_COLLISIONS,
         "synth_ice40 -dsp -noflatten -top fusetile -run begin:map_luts",
         *ICE40_LUT_MAPPING,
         "synth_ice40 -dsp -noflatten -top fusetile -run map_cells:",
@@ -59,7 +57,8 @@ _COLUMNS = {
 
 def synthesize(board, config, out):
     """Map ``board``'s core with ``config``; the text of Yosys' ``stat``."""
-    map_core(board, config, out, [*_FLOWS[board.family], "tee -q -o stat.txt stat"],
+    map_core(board, config, out, [*undefined_collisions(board.family, config),
+                                  *_FLOWS[board.family], "tee -q -o stat.txt stat"],
              log="blocks.log")
     return (out / "stat.txt").read_text()
 
