@@ -164,6 +164,13 @@ class UartBridge(wiring.Component):
         # (docs/fpga-timing.md, step 40).
         buf_word = Signal(32, reset_less=True)
         m.d.sync += buf_word.eq(buf_r.data)
+        # Both ports are at `idx`, so every write meets a read of its word; no such
+        # read is used. The buffer is written only while a request's data comes in and
+        # while a read burst runs, and its words are used only while a write burst
+        # runs and while the response goes out, which start a byte time (ten bit
+        # times) or more after the last write, each reading its words afresh: the
+        # iCE40 build declares the read's collisions undefined
+        # (`fusetile.host.fpga.ICE40_UNDEFINED_COLLISIONS`).
 
         cmd = Signal(8)
         is_write = cmd[1]               # WRITE, WRITE_FIXED

@@ -109,18 +109,20 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
                         "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
                         "*.tile.spad/t:$memrd_v2 *.tile.gmem/t:$memrd_v2"]
-# Two more RAMs never use a word read in the cycle it is written: the counters' (a read
+# Three more RAMs never use a word read in the cycle it is written: the counters' (a read
 # step is never of a word whose flush is in flight, and the scanner comes back to a
 # word only after its flush is written: `hdl/counters.py`, asserted by
-# tests/test_counters.py) and the staging buffer's (entries are written only outside a
-# drain, and only a drain uses what is read: `hdl/staging.py`). The iCE40 build
-# declares them too: on the UP5K their emulation was about 223 flip-flops that took a
-# logic cell each. The ULX3S build keeps it until a route says its 100 MHz
-# holds without: its placement, with 0.02 ns to spare, follows its netlist
-# (`docs/fpga.md`).
+# tests/test_counters.py), the staging buffer's (entries are written only outside a
+# drain, and only a drain uses what is read: `hdl/staging.py`) and the UART bridge's
+# burst buffer (written while a request's data comes and while a read burst runs, and
+# used only in other phases: `hdl/uart_bridge.py`). The iCE40 build declares them
+# too: on the UP5K their emulation was about 300 logic cells. The ULX3S build keeps it
+# until a route says its 100 MHz holds without: its placement, with 0.02 ns to spare,
+# follows its netlist (`docs/fpga.md`).
 ICE40_UNDEFINED_COLLISIONS = [*UNDEFINED_COLLISIONS,
                               "setparam -set COLLISION_X_MASK 1'1 "
-                              "*.tile.counters/t:$memrd_v2 *.tile.staging/t:$memrd_v2"]
+                              "*.tile.counters/t:$memrd_v2 *.tile.staging/t:$memrd_v2 "
+                              "*.bridge/t:$memrd_v2"]
 # Built for area (`TileConfig.compact`), the trace FIFO's read port is not transparent,
 # and no word it reads in the cycle it is written is used (`hdl/trace.py`): the iCE40
 # build declares it too (its emulation was about 130 logic cells of the UP5K). Only

@@ -498,12 +498,12 @@ def _core_rtlil():
 
 #: The modules whose RAM read ports each flow declares may read anything on a collision:
 #: the instruction stores, the scratchpad and GMEM's shared ports; on the iCE40 the
-#: counters' RAM and the staging buffer too, and the trace FIFO's for a tile built for
-#: area.
+#: counters' RAM, the staging buffer and the UART bridge's burst buffer too, and the
+#: trace FIFO's for a tile built for area.
 _NO_COLLISION_CARE = {"fusetile.tile.plans", "fusetile.tile.kernels", "fusetile.tile.spad",
                       "fusetile.tile.gmem"}
 _ICE40_NO_COLLISION_CARE = _NO_COLLISION_CARE | {"fusetile.tile.counters",
-                                                 "fusetile.tile.staging"}
+                                                 "fusetile.tile.staging", "fusetile.bridge"}
 COLLISION_LISTS = pytest.mark.parametrize("script, modules", [
     (fpga.UNDEFINED_COLLISIONS, _NO_COLLISION_CARE),
     (fpga.ICE40_UNDEFINED_COLLISIONS, _ICE40_NO_COLLISION_CARE),
@@ -546,8 +546,8 @@ def test_only_the_rams_that_never_collide_ignore_collisions(tmp_path, script, mo
     """A flow's declaration that a read colliding with a write may return anything
     (run after Yosys reads the design) reaches the read ports of ``modules``: the plan
     and kernel stores, the scratchpad's banks and GMEM's shared read port (and on the
-    iCE40 the counters' and the staging buffer's, and the compact trace FIFO's), every
-    one of them, and no other RAM's."""
+    iCE40 the counters', the staging buffer's and the UART bridge's, and the compact
+    trace FIFO's), every one of them, and no other RAM's."""
     (tmp_path / "core.il").write_text(_core_rtlil())
     (tmp_path / "t.ys").write_text("\n".join(
         ["read_rtlil core.il", *script, "proc", "write_json t.json"]))
@@ -563,7 +563,8 @@ def test_only_the_rams_that_never_collide_ignore_collisions(tmp_path, script, mo
     expected = {"fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1, 1],
                 "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks,
                 "fusetile.tile.gmem": [1], "fusetile.tile.counters": [1],
-                "fusetile.tile.staging": [1], "fusetile.tile.trace": [1]}
+                "fusetile.tile.staging": [1], "fusetile.tile.trace": [1],
+                "fusetile.bridge": [1]}
     assert {m: masks for m, masks in ports.items() if any(masks)} == \
         {m: masks for m, masks in expected.items() if m in modules}
     assert len(ports) > 6       # the bridge's buffer, ... untouched
