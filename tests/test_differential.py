@@ -191,8 +191,9 @@ def test_a_queue_of_one_command():
         check(model, rtl, program)
         one = [{name: dev.counters()[name] for name in SPINE_COUNTERS} for dev in (rtl, model)]
     with open_transport("model", config=SMALL) as model:
-        run_program(Device(model), program)
-        four = {name: Device(model).counters()[name] for name in SPINE_COUNTERS}
+        deep = Device(model)
+        run_program(deep, program)
+        four = {name: deep.counters()[name] for name in SPINE_COUNTERS}
     assert one[0] == one[1]
     assert one[0]["active_cycles"] > four["active_cycles"]
     assert one[0]["dma_busy"] == four["dma_busy"]
