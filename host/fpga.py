@@ -151,13 +151,15 @@ _SYNTH_OPTIONS = {
     },
     # The UP5K's eight SB_MAC16 take multipliers only when asked. Its clock is slow
     # enough for one register to feed far-apart logic, and every flip-flop takes a
-    # logic cell of 5,280: Yosys merges the copies (`hdl/copies.py`) as it likes.
-    "ice40": {"script_after_read": "\n".join(ICE40_UNDEFINED_COLLISIONS), "synth_opts": "-dsp"},
+    # logic cell of 5,280: Yosys merges the copies (`hdl/copies.py`) as it likes. Its
+    # script after reading the design depends on the tile (`_synth_options`).
+    "ice40": {"synth_opts": "-dsp"},
 }
 
 
 def _synth_options(family, config):
-    """Amaranth's synthesis options for a ``family`` build of ``config``'s tile."""
+    """Amaranth's synthesis options for a ``family`` build of ``config``'s tile: on the
+    iCE40 the declarations of :func:`undefined_collisions`, which depend on it."""
     options = dict(_SYNTH_OPTIONS.get(family, {}))
     if family == "ice40":
         options["script_after_read"] = "\n".join(undefined_collisions(family, config))
