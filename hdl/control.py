@@ -287,13 +287,18 @@ class ControlUnit(wiring.Component):
         # docs/fpga-timing.md, step 39).
         exec_class = Signal(MicroClass)
 
-        arg_a = Signal(24)
-        arg_b = Signal(24)
+        # The CALL's DMA bases and plan PC, and a SWITCH's index, are copied where the
+        # deep build reads them; built for area the control unit reads them where they
+        # hold still (the plan's instruction register and plan_pc, the index register
+        # the fetch chose), and has no copies.
+        copied = not cfg.compact
+        arg_a = Signal(24, name="arg_a") if copied else None
+        arg_b = Signal(24, name="arg_b") if copied else None
         part = self.kernel_part
         watchdog = Signal(32)
 
         # Statistics of the current kernel call, for its trace record.
-        call_pc = Signal(16)
+        call_pc = Signal(16, name="call_pc") if copied else None
         call_start = Signal(32)
         call_cycles = Signal(32)
         call_dma_busy = Signal(32)
@@ -431,7 +436,7 @@ class ControlUnit(wiring.Component):
             # (Built for area, the CALL's plan PC is plan_pc itself: it holds still from
             # the CALL's fetch until the RET, or the fault or miss that cuts the call
             # short, the cycles a record is pushed in.)
-            record.pc.eq(self.plan_pc if cfg.compact else call_pc),
+            record.pc.eq(call_pc if copied else self.plan_pc),
             record.start.eq(call_start),
             # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
             record.cycles.eq(call_cycles + last),
@@ -644,7 +649,7 @@ class ControlUnit(wiring.Component):
         marks = Signal()            # MARK
         commit_misses = Signal()    # COMMIT, its guard is false, and it does not fault
         publishes = Signal()        # COMMIT, legal, and its guard is true
-        where = Signal(16)          # SWITCH: the index register
+        where = Signal(16, name="where") if copied else None    # SWITCH: the index register
         where_outside = Signal()    # ... not below the table's length
         taken = Signal()            # BRANCH: the flag has the value that takes it
         goto = Signal(25)           # the plan PC the instruction goes to
@@ -708,7 +713,7 @@ class ControlUnit(wiring.Component):
                 publishes.eq((fetched.op == PlanOp.COMMIT) & guard_holds & ~fetched_wrong),
                 # (Built for area, the fault's address is the selected index register
                 # itself, which holds still until the instruction has executed.)
-                *([] if cfg.compact else [where.eq(fetched_where)]),
+                *([where.eq(fetched_where)] if copied else []),
                 where_outside.eq(fetched_where_outside),
                 taken.eq(fetched_taken),
                 goto.eq(fetched_target),
@@ -721,7 +726,7 @@ class ControlUnit(wiring.Component):
                          plan_bad_addr.eq(plan_ir[:32])]
         with m.Elif(switches & where_outside):
             m.d.comb += [plan_bad_cause.eq(FaultCause.SWITCH_RANGE),
-                         plan_bad_addr.eq(fetched_where if cfg.compact else where)]
+                         plan_bad_addr.eq(where if copied else fetched_where)]
         with m.Elif(calls):
             m.d.comb += [plan_bad_cause.eq(FaultCause.SLOT_INVALID), plan_bad_addr.eq(plan.sel)]
         with m.Else():
@@ -818,9 +823,9 @@ class ControlUnit(wiring.Component):
         base = Signal(24)
         with m.Switch(dma_args.gmem_base):
             with m.Case(GmemBase.ARG0):
-                m.d.comb += base.eq(plan.a if cfg.compact else arg_a)
+                m.d.comb += base.eq(arg_a if copied else plan.a)
             with m.Case(GmemBase.ARG1):
-                m.d.comb += base.eq(plan.b if cfg.compact else arg_b)
+                m.d.comb += base.eq(arg_b if copied else plan.b)
         dma_cmd = self.dma_push.payload.command
         m.d.comb += [
             dma_cmd.store.eq(micro.op == MicroOp.DMA_STORE),
@@ -918,10 +923,10 @@ class ControlUnit(wiring.Component):
                         m.d.sync += [
                             self.slot.eq(plan.sel),
                             part.eq(self.slot_part[plan.sel[:4]]),
-                            *([] if cfg.compact else [arg_a.eq(plan.a), arg_b.eq(plan.b)]),
+                            *([arg_a.eq(plan.a), arg_b.eq(plan.b)] if copied else []),
                             self.in_kernel.eq(1), micro_pc.eq(0), next_upc.eq(1),
                             micro_pc_outside.eq(0),
-                            *([] if cfg.compact else [call_pc.eq(self.plan_pc)]),
+                            *([call_pc.eq(self.plan_pc)] if copied else []),
                             call_start.eq(self.cycles),
                             call_cycles.eq(0), call_dma_busy.eq(0),
                             call_words_in.eq(0), call_words_out.eq(0),

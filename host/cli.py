@@ -657,12 +657,10 @@ def build_command(args, out):
     except DoesNotFit as e:
         # What the design needs of the device is still the build's figures: reported
         # (in the JSON too, with "fits": false) before the error.
-        board = BOARDS[args.board]
-        config = board.config if config is None else config
-        out.result({"board": board.name, "config": config.as_dict(), "fits": False,
+        out.result({"board": e.board, "config": e.config.as_dict(), "fits": False,
                     "error": str(e), "resources": e.resources, "log": e.log},
                    human=lambda console: console.print(_resources_table(
-                       f"{board.name}: does not fit", e.resources)))
+                       f"{e.board}: does not fit", e.resources)))
         print(f"fusetile build: error: {e}", file=sys.stderr)
         return 1
     except (FpgaError, ValueError) as e:

@@ -51,12 +51,18 @@ class DoesNotFit(FpgaError):
         ``resources`` name them (name -> ``used``, ``available``).
     log : str
         The path of that log.
+    board : str or None
+        The board built for, and
+    config : TileConfig or None
+        the tile's configuration (:func:`build` sets both).
     """
 
     def __init__(self, message, resources, log):
         super().__init__(message)
         self.resources = resources
         self.log = log
+        self.board = None
+        self.config = None
 
 
 #: Environment variable Amaranth reads -> YoWASP command, per family.
@@ -460,12 +466,14 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         try:
             # (dict() waits for every build and raises the first one's error.)
             finished = dict(zip(tried, pool.map(place, tried)))
-        except BaseException:
+        except BaseException as e:
             # An interrupt, or one build's error: the others stop too (their process
             # groups do not get the terminal's interrupt).
             pool.shutdown(cancel_futures=True, wait=False)
             for script in list(running):
                 _stop_group(script)
+            if isinstance(e, DoesNotFit):
+                e.board, e.config = board.name, config
             raise
     seconds = time.monotonic() - start
     reports = {s: _read_reports(directories[s], board.family) for s in tried if finished[s]}

@@ -720,6 +720,11 @@ def test_a_design_that_does_not_fit_reports_its_figures(tmp_path, monkeypatch, c
     printed = capsys.readouterr()
     assert "23,135" in printed.out and "438" in printed.out
     assert "does not fit" in printed.err
+    # The configuration reported is the one built, given or the board's.
+    smaller = dataclasses.replace(BOARDS["icebreaker"].config, kernel_slots=2)
+    assert main(["build", "--board", "icebreaker", "--out", str(tmp_path), "--json",
+                 "--config", json.dumps(smaller.as_dict())]) == 1
+    assert json.loads(capsys.readouterr().out)["config"] == smaller.as_dict()
 
 
 def test_missing_tools_say_how_to_install(monkeypatch):
