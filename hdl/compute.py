@@ -572,7 +572,18 @@ class ComputeUnit(wiring.Component):
 
         # ACC row readout for REQUANT: registered, so it arrives with the read stage
         # (a row reads no scratchpad word, so it goes to the requantiser from there).
-        m.d.comb += mac.row.eq(mac_row)
+        # Built for area with more than one pass, the vector unit reads a row where it
+        # comes, in each of its passes (`CompactVectorAlu`): the readout and the
+        # table's entry stay on the row issued, `passing_row`, while they go on (idx
+        # is the next row's from the issue).
+        read_row, entry_row = mac_row, table_row
+        if passes > 1 and cfg.compact:
+            passing_row = Signal(row_bits)
+            with m.If(advance):
+                m.d.sync += passing_row.eq(idx)
+            read_row = Mux(pace != 0, passing_row, mac_row)
+            entry_row = Mux(pace != 0, passing_row, table_row)
+        m.d.comb += mac.row.eq(read_row)
 
         m.d.sync += [
             cap_a.eq(a_performed & ~advance),
@@ -678,7 +689,7 @@ class ComputeUnit(wiring.Component):
         # the step's `idx`: the vector unit takes a row straight into its multipliers'
         # operand registers.
         table = Array(buf[64 * i:64 * i + 64] for i in range(R))
-        entry = table[table_row]
+        entry = table[entry_row]
         rq_mult = Signal(32)
         rq_shift = Signal(5)
         m.d.sync += [

@@ -27,13 +27,13 @@ the configuration. Every stage past the first carries only what the later stages
 read: the scaling registers go along as far as each is needed.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data
 
 from ..kernels import config as tile_config
 from .compare import below
 from .vector import (VectorAlu, VectorOp, _argmax, _argmax_merge, _delay, _flag, _max,
-                     _next_group, _output, _product_sum, _register, _requant_out, _row_in,
+                     _next_group, _output, _product_sum, _register, _requant_out,
                      _whole_words, _wire)
 
 
@@ -119,6 +119,29 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
     return values, saturated
 
 
+def _row_held(m, rq, group, tail):
+    """The REQUANT row the lane multipliers take this cycle: the one on ``rq``, whose
+    group of accumulators for the pass. With more than one pass, the row holds still
+    on ``rq`` for its passes (the compute unit's ACC readout and table entry do), so it
+    needs no copy of its own (the deep unit's ``_row_in`` shifts one): a row's pass
+    ``k`` takes its ``k``-th group, ``k`` cycles after it came."""
+    if not tail:
+        return rq.payload
+    passes = tail + 1
+    turn = Signal(range(passes), name="row_pass")   # the pass of the row on `rq`
+    with m.If(rq.valid):
+        m.d.sync += turn.eq(1)
+    with m.Elif(turn != 0):
+        m.d.sync += turn.eq(turn + 1)           # (passes is a power of two: it wraps)
+    acc = rq.payload.acc.as_value()
+    bits = len(acc) // passes
+    row_next = Signal(rq.payload.shape(), name="row_next")
+    m.d.comb += [row_next.eq(rq.payload),
+                 row_next.acc.as_value().eq(Array(acc[k * bits:(k + 1) * bits]
+                                                  for k in range(passes))[turn])]
+    return row_next
+
+
 class CompactVectorAlu(VectorAlu):
     """:class:`~fusetile.hdl.vector.VectorAlu` built for area: the same operations and
     ports, in ``LATENCY`` = 6 cycles for a scaled word (VADD, an average VPOOL's
@@ -135,7 +158,9 @@ class CompactVectorAlu(VectorAlu):
     command). ``regs`` is read in each pass of a scaled word and until its result: it
     must hold still from the cycle a scaled word or a row is presented until its
     result is (the compute unit's VCFG registers do: a command drains before the
-    next). A row's zero point and clamp bounds are ``regs``' ``zp_out``, ``lo`` and
+    next). With more than one pass, a row on ``rq`` must hold still for its passes,
+    ``vector_passes - 1`` cycles after it comes (``rq.valid`` is high for its first
+    only): the unit reads a group of its accumulators in each. A row's zero point and clamp bounds are ``regs``' ``zp_out``, ``lo`` and
     ``hi``, as the compute unit's rows have them: the ones on ``rq`` are not read.
     ``busy`` is high from the cycle after a word or a row is presented until the
     cycle before its result is out.
@@ -280,7 +305,7 @@ class CompactVectorAlu(VectorAlu):
         # (opa * MULT_A + opb * MULT_B) of a word, or acc * mult of a row as it comes
         # (its accumulators and `mult` are the MAC array's and the compute unit's
         # registers), on the same multipliers: `requant` registered chooses.
-        _, row_next = _row_in(m, self.rq, group, tail)
+        row_next = _row_held(m, self.rq, group, tail)
         rows = _register(m, self.requant, "rows")
         prods = [_product_sum(m, rows, [(row_next.acc[j], row_next.mult)],
                               [(opa[j], regs.mult_a), (opb[j], regs.mult_b)],

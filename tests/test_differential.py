@@ -127,9 +127,9 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed):
     """The tile as the iCEBreaker builds it: the instruction stores read through the
     control unit's port only when it fetches (every way into a fetch must ask for
     the read), GMEM behind one port, the trace FIFO written a quarter of a record
-    per cycle (the traces compared too), a DMA queue of one command and the units
-    built for area."""
-    config = replace(COMPACT, dma_queue=1)
+    per cycle (the traces compared too), a DMA queue of one command, the units
+    built for area and a vector unit that scales a word in passes."""
+    config = replace(COMPACT, dma_queue=1, vector_lanes=2)
     top = CheckedTile(config, gmem_ports="single", store_ports="shared", trace_width=64)
     with open_transport("model", config=config) as model, \
             open_transport("amaranth", config=config, top=top) as rtl:

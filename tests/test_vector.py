@@ -47,18 +47,26 @@ async def stream(ctx, dut, items, collect, *, regs=None, rows=False):
     are REQUANT rows (``rq``, ``rq_o``, ``requant`` high); the compact unit takes a
     row's zero point and bounds from ``dut.regs``, where they are presented with it
     and, as in the tile, must hold still until its result is out
-    (:func:`held_scaling`)."""
+    (:func:`held_scaling`). A compact unit's row holds still on ``rq`` for its passes,
+    as the tile's does; otherwise a bubble's payload is another row, which must not
+    matter."""
     inp, out = (dut.rq, dut.rq_o) if rows else (dut.i, dut.o)
     latency = dut.requant_latency if rows else dut.latency
     ctx.set(dut.requant, rows)
     await ctx.tick()                    # `requant` is registered before the rows need it
     outputs = []
     scaling, until = None, 0            # compact rows: the registers' and their last use
+    held = 0                            # compact rows: the row's passes last until then
+    noise = random.Random(len(items))
     for cycle in range(len(items) + latency + 2):
         item = items[cycle] if cycle < len(items) else None
         ctx.set(inp.valid, item is not None)
         if item is not None:
             ctx.set(inp.payload, item)
+            if rows and dut.config.compact:
+                held = cycle + dut.config.vector_passes
+        elif rows and cycle >= held:
+            ctx.set(inp.payload, random_row(noise, dut.config.word_bytes))
         if rows and dut.config.compact and item is not None:
             if _scaling(item) != scaling:
                 assert cycle >= until, "a row's registers changed under the one before"
