@@ -140,7 +140,20 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
         shared.append(((a1, b1, o1), part_0.pop(k)))
     sel_3 = _delay(m, sel, 2 if short else 3, f"{name}_sel")
     shifted = []
+    biases = []         # built short: (b, shift) of each product of a biased piece
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(shared):
+        if short and _needs_bias(a1, a0):
+            # An iCE40's SB_MAC16 takes 16-bit operands, each signed or unsigned; Yosys
+            # builds a product whose operand needs 17 bits (an unsigned piece of 16
+            # chosen with a signed one) as the block, a row of partial products in the
+            # fabric and their adders: 80 LUT4 and 31 carry cells a multiplier on the
+            # UP5K. The signed piece `a0` is given biased instead, `a0 + 2**15` (its
+            # top bit flipped: unsigned), and its product's `b0 << 15` taken off the
+            # sum. (Only the second set's: its `b` operands are the VCFG registers,
+            # which hold still until the sum.)
+            wide = Cat(a0, a0[-1].replicate(_PIECE - len(a0)))
+            a0 = Cat(wide[:_PIECE - 1], ~wide[_PIECE - 1])
+            biases.append((b0, o0 + _PIECE - 1))
         # Each multiplier's operand registers are its own (`hdl/copies.py`): those of
         # two multipliers that take the same piece were merged, and the one register
         # placed between the two DSP blocks was 10.26 ns of 88176a6's routed paths
@@ -165,8 +178,40 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
                    for k in range(0, len(shifted), 2)]
     total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum",
                    reset_less=True)
-    m.d.sync += total.eq(shifted[0])
+    if biases:
+        m.d.sync += total.eq(shifted[0] - Mux(sel_3, 0, _bias_sum(biases)))
+    else:
+        m.d.sync += total.eq(shifted[0])
     return total
+
+
+def _needs_bias(a1, a0):
+    """Whether a choice between pieces ``a1`` and ``a0`` needs 17 bits as one operand
+    (an unsigned piece of 16 bits and a signed one), which built short biases ``a0``
+    (:func:`_product_sum`). The other way round (``a1`` signed) is not built."""
+    s1, s0 = a1.shape(), a0.shape()
+    if s1.signed == s0.signed:
+        return False
+    if s1.signed:
+        if s0.width >= _PIECE:
+            raise NotImplementedError("only the second set of terms' pieces are biased")
+        return False
+    return s1.width >= _PIECE
+
+
+def _bias_sum(biases):
+    """``sum(b << shift for b, shift in biases)``: the bits side by side where they are
+    unsigned and do not overlap (as the pieces of one unsigned operand), with no
+    adder."""
+    biases = sorted(biases, key=lambda bias: bias[1])
+    if not any(b.shape().signed for b, _ in biases) and \
+            all(b_shift + len(b) <= shift
+                for (b, b_shift), (_, shift) in zip(biases, biases[1:])):
+        value = Const(0, 0)
+        for b, shift in biases:
+            value = Cat(value, Const(0, shift - len(value)), b)
+        return value
+    return sum(b << shift for b, shift in biases)
 
 
 def _round_clamp(m, prods, shift, zp, lo, hi, name):

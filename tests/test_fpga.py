@@ -379,6 +379,31 @@ def test_mac_array_in_sb_mac16s_matches_its_rtl(tmp_path):
         assert (int(acc, 16), int(busy), int(macs, 16)) == want[n], n
 
 
+@pytest.mark.slow
+def test_compact_lane_multipliers_are_whole_sb_mac16s(tmp_path):
+    """The iCEBreaker's vector unit (built for area, one lane multiplier) mapped for an
+    iCE40 with its hierarchy kept: each of its four 16 x 16 multipliers is one SB_MAC16
+    with no LUT or carry beside it. An operand that needed 17 bits (a row's unsigned
+    accumulator piece shared with VADD's signed operand) took 80 LUT4 and 31 carry
+    cells a multiplier, until VADD's operand was given biased
+    (``hdl/vector.py``, ``_product_sum``)."""
+    from amaranth.back import verilog
+    from fusetile.hdl.vector_compact import vector_alu
+
+    (tmp_path / "alu.v").write_text(verilog.convert(vector_alu(BOARDS["icebreaker"].config),
+                                                    name="alu"))
+    script = ["read_verilog alu.v", "synth_ice40 -dsp -noflatten -top alu -run begin:map_luts",
+              *fpga.ICE40_LUT_MAPPING, "synth_ice40 -dsp -noflatten -top alu -run map_cells:",
+              "tee -q -o stat.txt stat"]
+    subprocess.run([fpga.tool_environment("ice40")["YOSYS"], "-q", "-l", "yosys.log", "-p",
+                    "; ".join(script)], cwd=tmp_path, check=True)
+    blocks = _script("block_sizes").block_cells((tmp_path / "stat.txt").read_text(), "ice40")
+    multipliers = {name: cells for name, cells in blocks.items() if "_mul" in name}
+    assert len(multipliers) == 4
+    for name, cells in multipliers.items():
+        assert (cells["DSP"], cells["LUT"], cells["carry"]) == (1, 0, 0), name
+
+
 # -- reading the tools' reports ------------------------------------------------------------
 
 # Trimmed from a real `nextpnr-ecp5 --report` of the ULX3S build.
