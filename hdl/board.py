@@ -160,7 +160,7 @@ BOARDS = {b.name: b for b in (
         # GMEM in the SPRAM (128 KiB), small memories, a DMA queue of one command
         # (a register; two took 208 flip-flops), no per-slot, per-flag or
         # per-bank counters, the units built for area where they have such a build
-        # (`compact`). The tile still needs about 2.1 times a UP5K's 5,280 logic
+        # (`compact`). The tile still needs about 2.0 times a UP5K's 5,280 logic
         # cells (docs/fpga.md): the architecture has to shrink further.
         config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=2, spad_bank_words=256,
                           partitions=4, kernel_slots=4, slot_depth=64, plan_depth=64,
