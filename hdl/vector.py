@@ -119,7 +119,9 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
     shifted sum. The
     k-th partial product of ``terms_1`` and that of ``terms_0`` share a multiplier, so
     both sets cost as many multipliers as the larger. ``sel`` is sampled with the
-    terms.
+    terms. Built short, a signed piece of ``terms_0`` that shares a multiplier with an
+    unsigned piece of 16 bits goes in biased, and its bias comes off the sum from the
+    term's ``b`` as it is then: those ``b`` operands must hold still until the sum.
     """
     def partials(terms):
         return [(pa, pb, oa + ob) for a, b in terms

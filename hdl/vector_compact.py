@@ -120,11 +120,11 @@ def _round_clamp(m, prods, shift, zp, lo, hi, name):
 
 
 def _row_held(m, rq, group, tail):
-    """The REQUANT row the lane multipliers take this cycle: the one on ``rq``, whose
-    group of accumulators for the pass. With more than one pass, the row holds still
-    on ``rq`` for its passes (the compute unit's ACC readout and table entry do), so it
-    needs no copy of its own (the deep unit's ``_row_in`` shifts one): a row's pass
-    ``k`` takes its ``k``-th group, ``k`` cycles after it came."""
+    """The REQUANT row the lane multipliers take this cycle: the one on ``rq``, with
+    the pass's group of its accumulators first. With more than one pass, the row holds
+    still on ``rq`` for its passes (the compute unit's ACC readout and table entry
+    do), so it needs no copy of its own (the deep unit's ``_row_in`` shifts one): a
+    row's pass ``k`` takes its ``k``-th group, ``k`` cycles after it came."""
     if not tail:
         return rq.payload
     passes = tail + 1
