@@ -160,8 +160,9 @@ class CompactVectorAlu(VectorAlu):
     result is (the compute unit's VCFG registers do: a command drains before the
     next). With more than one pass, a row on ``rq`` must hold still for its passes,
     ``vector_passes - 1`` cycles after it comes (``rq.valid`` is high for its first
-    only): the unit reads a group of its accumulators in each. A row's zero point and clamp bounds are ``regs``' ``zp_out``, ``lo`` and
-    ``hi``, as the compute unit's rows have them: the ones on ``rq`` are not read.
+    only): the unit reads a group of its accumulators in each. A row's zero point and
+    clamp bounds are ``regs``' ``zp_out``, ``lo`` and ``hi``, as the compute unit's
+    rows have them: the ones on ``rq`` are not read.
     ``busy`` is high from the cycle after a word or a row is presented until the
     cycle before its result is out.
 

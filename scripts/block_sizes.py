@@ -32,7 +32,7 @@ from timing_paths import map_core       # scripts/ is on the path when run as a 
 
 # Yosys script per family, after the board's declarations of the RAMs whose collisions
 # are undefined: the board's flow up to LUT mapping, the classic ABC, the rest.
-_FLOWS = {
+FLOWS = {
     "ecp5": [
         *KEEP_COPIES,
         "synth_ecp5 -noflatten -top fusetile -run begin:map_luts",
@@ -58,7 +58,7 @@ _COLUMNS = {
 def synthesize(board, config, out):
     """Map ``board``'s core with ``config``; the text of Yosys' ``stat``."""
     map_core(board, config, out, [*undefined_collisions(board.family, config),
-                                  *_FLOWS[board.family], "tee -q -o stat.txt stat"],
+                                  *FLOWS[board.family], "tee -q -o stat.txt stat"],
              log="blocks.log")
     return (out / "stat.txt").read_text()
 

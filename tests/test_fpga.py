@@ -390,14 +390,14 @@ def test_compact_lane_multipliers_are_whole_sb_mac16s(tmp_path):
     from amaranth.back import verilog
     from fusetile.hdl.vector_compact import vector_alu
 
+    # Mapped as scripts/block_sizes.py maps a board's core (whose top it is named as).
+    sizes = _script("block_sizes")
     (tmp_path / "alu.v").write_text(verilog.convert(vector_alu(BOARDS["icebreaker"].config),
-                                                    name="alu"))
-    script = ["read_verilog alu.v", "synth_ice40 -dsp -noflatten -top alu -run begin:map_luts",
-              *fpga.ICE40_LUT_MAPPING, "synth_ice40 -dsp -noflatten -top alu -run map_cells:",
-              "tee -q -o stat.txt stat"]
+                                                    name="fusetile"))
+    script = ["read_verilog alu.v", *sizes.FLOWS["ice40"], "tee -q -o stat.txt stat"]
     subprocess.run([fpga.tool_environment("ice40")["YOSYS"], "-q", "-l", "yosys.log", "-p",
                     "; ".join(script)], cwd=tmp_path, check=True)
-    blocks = _script("block_sizes").block_cells((tmp_path / "stat.txt").read_text(), "ice40")
+    blocks = sizes.block_cells((tmp_path / "stat.txt").read_text(), "ice40")
     multipliers = {name: cells for name, cells in blocks.items() if "_mul" in name}
     assert len(multipliers) == 4
     for name, cells in multipliers.items():
