@@ -166,9 +166,11 @@ class ControlUnit(wiring.Component):
         A fault the compute unit raised. The operand check makes every compute fault
         the control unit's own, raised before the instruction issues; the compute
         unit's checks stay as a second line (a fault from it would be imprecise).
-    mac_busy, vec_busy : In(1)
-        The compute unit's MAC array / vector unit is busy (for trace records).
-    dma_busy, dma_fault : In(1)
+    mac_busy, vec_busy, dma_busy : In(1)
+        The compute unit's MAC array / vector unit, the DMA engine, is busy (for trace
+        records; these, ``dma_word_in``, ``dma_word_out``, ``cycles``, ``trace_push``
+        and ``trace_record`` are only there with a trace FIFO, ``config.traced``).
+    dma_fault : In(1)
     dma_fault_cause : In(FaultCause)
     dma_fault_addr : In(32)
     dma_fault_part : In(4)
@@ -223,6 +225,7 @@ class ControlUnit(wiring.Component):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         self.config = config
         k = config.kernel_slots
+        traced = config.traced
         super().__init__({
             "start": In(1), "swap": In(1), "clear_fault": In(1), "abort": In(1),
             "watchdog_limit": In(32),
@@ -239,11 +242,11 @@ class ControlUnit(wiring.Component):
             "compute_busy": In(1), "part_limit": In(17),
             "compute_fault": In(1), "compute_fault_cause": In(FaultCause),
             "compute_fault_addr": In(32), "compute_fault_part": In(4),
-            "mac_busy": In(1), "vec_busy": In(1),
-            "dma_busy": In(1), "dma_fault": In(1), "dma_fault_cause": In(FaultCause),
+            **({"mac_busy": In(1), "vec_busy": In(1), "dma_busy": In(1)} if traced else {}),
+            "dma_fault": In(1), "dma_fault_cause": In(FaultCause),
             "dma_fault_addr": In(32), "dma_fault_part": In(4), "dma_abort": Out(1),
-            "dma_word_in": In(1), "dma_word_out": In(1),
-            "cycles": In(32),
+            **({"dma_word_in": In(1), "dma_word_out": In(1), "cycles": In(32)}
+               if traced else {}),
             "flag_we": In(1), "flag_sel": In(3), "flag_value": In(1),
             "index_we": In(1), "index_sel": In(2), "index_value": In(16),
             "flags": Out(FLAGS), "index": Out(data.ArrayLayout(16, INDEX_REGS)),
@@ -259,7 +262,7 @@ class ControlUnit(wiring.Component):
             "fault_slot": Out(4), "fault_part": Out(4), "fault_pc": Out(16),
             "fault_upc": Out(16), "fault_addr": Out(32),
             "events": Out(ControlEvents),
-            "trace_push": Out(1), "trace_record": Out(TraceRecord),
+            **({"trace_push": Out(1), "trace_record": Out(TraceRecord)} if traced else {}),
         })
 
     def elaborate(self, platform):
@@ -297,15 +300,18 @@ class ControlUnit(wiring.Component):
         part = self.kernel_part
         watchdog = Signal(32)
 
-        # Statistics of the current kernel call, for its trace record.
-        call_pc = Signal(16, name="call_pc") if copied else None
-        call_start = Signal(32)
-        call_cycles = Signal(32)
-        call_dma_busy = Signal(32)
-        call_words_in = Signal(32)
-        call_words_out = Signal(32)
-        call_mac_busy = Signal(32)
-        call_vec_busy = Signal(32)
+        # Statistics of the current kernel call, for its trace record (none without a
+        # trace FIFO).
+        traced = cfg.traced
+        call_pc = Signal(16, name="call_pc") if copied and traced else None
+        if traced:
+            call_start = Signal(32)
+            call_cycles = Signal(32)
+            call_dma_busy = Signal(32)
+            call_words_in = Signal(32)
+            call_words_out = Signal(32)
+            call_mac_busy = Signal(32)
+            call_vec_busy = Signal(32)
 
         # The speculative region: its guard and where a miss continues.
         guard_flag = Signal(3)
@@ -399,64 +405,65 @@ class ControlUnit(wiring.Component):
         m.d.comb += self.events.swap.eq(swap_due)
 
         # -- trace record of the current call -----------------------------------------
-        # The DMA's word pulses and the compute unit's busy bits are registered before
-        # they are added: they come out of the scratchpad's arbitration and the
-        # compute unit's completion late in the cycle, and a 32-bit adder after them
-        # was the longest path of the ULX3S build (docs/fpga-timing.md, steps 18 and 31). The
-        # record adds the last cycle's pulse itself, so it still counts every word
-        # moved and every busy cycle before the cycle it is pushed in.
-        words_in = Signal()
-        words_out = Signal()
-        mac_busy = Signal()
-        vec_busy = Signal()
-        m.d.sync += [words_in.eq(self.in_kernel & self.dma_word_in),
-                     words_out.eq(self.in_kernel & self.dma_word_out),
-                     mac_busy.eq(self.in_kernel & self.mac_busy),
-                     vec_busy.eq(self.in_kernel & self.vec_busy)]
-        # Built for area, the record's statistics hold still for two cycles after its
-        # push, so that the trace FIFO writes them from here rather than from a copy
-        # (TraceFifo's `compact`): they stop with `in_kernel`, which falls after the
-        # push, and the next CALL zeroes them two cycles later at the soonest (a plan
-        # fetch, then the CALL). The last cycle's pulses are added to the sums only
-        # while `in_kernel` is high, and the DMA's busy bit is not added in the cycle of
-        # the push (the record does not count it), so that the sums that went into the
-        # pushed record are the record after it.
-        dma_busy = self.dma_busy
-        if cfg.compact:
-            dma_busy = self.dma_busy & ~self.trace_push
-            last = self.in_kernel
-            pulses = [pulse & last for pulse in (words_in, words_out, mac_busy, vec_busy)]
-        else:
-            last = 1
-            pulses = [words_in, words_out, mac_busy, vec_busy]
-        record = self.trace_record
-        m.d.comb += [
-            record.slot.eq(self.slot),
-            record.bank.eq(self.exec_bank),
-            # (Built for area, the CALL's plan PC is plan_pc itself: it holds still from
-            # the CALL's fetch until the RET, or the fault or miss that cuts the call
-            # short, the cycles a record is pushed in.)
-            record.pc.eq(call_pc if copied else self.plan_pc),
-            record.start.eq(call_start),
-            # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
-            record.cycles.eq(call_cycles + last),
-            record.dma_busy.eq(call_dma_busy),
-            record.bytes_in.eq((call_words_in + pulses[0]) * cfg.word_bytes),
-            record.bytes_out.eq((call_words_out + pulses[1]) * cfg.word_bytes),
-            record.mac_busy.eq(call_mac_busy + pulses[2]),
-            record.vec_busy.eq(call_vec_busy + pulses[3]),
-        ]
-        # (The sums are the record's, so that each adder is one: `last` and the pulses
-        # gated by `in_kernel` are the same here, where it is high.)
-        with m.If(self.in_kernel):
-            m.d.sync += [
-                call_cycles.eq(call_cycles + last),
-                call_dma_busy.eq(call_dma_busy + dma_busy),
-                call_words_in.eq(call_words_in + pulses[0]),
-                call_words_out.eq(call_words_out + pulses[1]),
-                call_mac_busy.eq(call_mac_busy + pulses[2]),
-                call_vec_busy.eq(call_vec_busy + pulses[3]),
+        if traced:
+            # The DMA's word pulses and the compute unit's busy bits are registered
+            # before they are added: they come out of the scratchpad's arbitration and
+            # the compute unit's completion late in the cycle, and a 32-bit adder after
+            # them was the longest path of the ULX3S build (docs/fpga-timing.md, steps 18
+            # and 31). The record adds the last cycle's pulse itself, so it still counts
+            # every word moved and every busy cycle before the cycle it is pushed in.
+            words_in = Signal()
+            words_out = Signal()
+            mac_busy = Signal()
+            vec_busy = Signal()
+            m.d.sync += [words_in.eq(self.in_kernel & self.dma_word_in),
+                         words_out.eq(self.in_kernel & self.dma_word_out),
+                         mac_busy.eq(self.in_kernel & self.mac_busy),
+                         vec_busy.eq(self.in_kernel & self.vec_busy)]
+            # Built for area, the record's statistics hold still for two cycles after
+            # its push, so that the trace FIFO writes them from here rather than from a
+            # copy (TraceFifo's `compact`): they stop with `in_kernel`, which falls after
+            # the push, and the next CALL zeroes them two cycles later at the soonest (a
+            # plan fetch, then the CALL). The last cycle's pulses are added to the sums
+            # only while `in_kernel` is high, and the DMA's busy bit is not added in the
+            # cycle of the push (the record does not count it), so that the sums that
+            # went into the pushed record are the record after it.
+            dma_busy = self.dma_busy
+            if cfg.compact:
+                dma_busy = self.dma_busy & ~self.trace_push
+                last = self.in_kernel
+                pulses = [pulse & last for pulse in (words_in, words_out, mac_busy, vec_busy)]
+            else:
+                last = 1
+                pulses = [words_in, words_out, mac_busy, vec_busy]
+            record = self.trace_record
+            m.d.comb += [
+                record.slot.eq(self.slot),
+                record.bank.eq(self.exec_bank),
+                # (Built for area, the CALL's plan PC is plan_pc itself: it holds still
+                # from the CALL's fetch until the RET, or the fault or miss that cuts the
+                # call short, the cycles a record is pushed in.)
+                record.pc.eq(call_pc if copied else self.plan_pc),
+                record.start.eq(call_start),
+                # The cycle that returns (or faults) counts too, as in SLOT_CYCLES.
+                record.cycles.eq(call_cycles + last),
+                record.dma_busy.eq(call_dma_busy),
+                record.bytes_in.eq((call_words_in + pulses[0]) * cfg.word_bytes),
+                record.bytes_out.eq((call_words_out + pulses[1]) * cfg.word_bytes),
+                record.mac_busy.eq(call_mac_busy + pulses[2]),
+                record.vec_busy.eq(call_vec_busy + pulses[3]),
             ]
+            # (The sums are the record's, so that each adder is one: `last` and the
+            # pulses gated by `in_kernel` are the same here, where it is high.)
+            with m.If(self.in_kernel):
+                m.d.sync += [
+                    call_cycles.eq(call_cycles + last),
+                    call_dma_busy.eq(call_dma_busy + dma_busy),
+                    call_words_in.eq(call_words_in + pulses[0]),
+                    call_words_out.eq(call_words_out + pulses[1]),
+                    call_mac_busy.eq(call_mac_busy + pulses[2]),
+                    call_vec_busy.eq(call_vec_busy + pulses[3]),
+                ]
 
         m.d.comb += self.events.active.eq(self.running)
         with m.If(self.running):
@@ -926,11 +933,11 @@ class ControlUnit(wiring.Component):
                             *([arg_a.eq(plan.a), arg_b.eq(plan.b)] if copied else []),
                             self.in_kernel.eq(1), micro_pc.eq(0), next_upc.eq(1),
                             micro_pc_outside.eq(0),
-                            *([call_pc.eq(self.plan_pc)] if copied else []),
-                            call_start.eq(self.cycles),
-                            call_cycles.eq(0), call_dma_busy.eq(0),
-                            call_words_in.eq(0), call_words_out.eq(0),
-                            call_mac_busy.eq(0), call_vec_busy.eq(0),
+                            *([call_pc.eq(self.plan_pc)] if call_pc is not None else []),
+                            *([call_start.eq(self.cycles),
+                               call_cycles.eq(0), call_dma_busy.eq(0),
+                               call_words_in.eq(0), call_words_out.eq(0),
+                               call_mac_busy.eq(0), call_vec_busy.eq(0)] if traced else []),
                             state.eq(_State.MICRO_FETCH.code),
                         ]
 
@@ -1016,7 +1023,7 @@ class ControlUnit(wiring.Component):
                 m.d.comb += [
                     self.events.micro_retired.eq(1),
                     self.events.call_done.eq(1),
-                    self.trace_push.eq(1),
+                    *([self.trace_push.eq(1)] if traced else []),
                 ]
                 plan_goto(next_q, next_outside)
         with m.If(executing.illegal):
@@ -1085,8 +1092,8 @@ class ControlUnit(wiring.Component):
             was the routed worst path of step 33's last build (13.66 ns)."""
             m.d.comb += [
                 self.events.void.eq(1),
-                self.trace_push.eq(self.in_kernel),
-                record.faulted.eq(1),
+                *([self.trace_push.eq(self.in_kernel),
+                   self.trace_record.faulted.eq(1)] if traced else []),
             ]
 
         # The units are aborted, and staged stores dropped, the cycle after a fault or

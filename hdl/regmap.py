@@ -148,7 +148,9 @@ def tile_memory_map(config):
             Field("kernel_slots", 8, R, doc="Kernel slots."),
             Field("slot_depth_log2", 4, R, doc="log2(micro-instructions per slot)."),
             Field("plan_depth_log2", 4, R, doc="log2(plan instructions per bank)."),
-            Field("trace_depth_log2", 4, R, doc="log2(trace FIFO records)."),
+            Field("trace_depth_log2", 4, R, doc="log2(trace FIFO records); 0: no trace "
+                  "FIFO, and no TRACE_STATUS or TRACE_DATA (a depth of one record is not "
+                  "built)."),
             Field("slot_counters", 1, R, doc="Per-slot counters are present."),
             Field("staging_words_log2", 4, R, doc="log2(speculation staging words)."),
             Field("dma_queue_log2", 3, R, doc="log2(DMA commands queued)."),
@@ -224,14 +226,16 @@ def tile_memory_map(config):
             Field("freeze", 1, RW, doc="Stop all counters (reads stay consistent)."),
             Field("clear", 1, W1, doc="Zero all counters."),
         ], "Performance counter control."), 0x060, group="perf")
-    reg(Register("TRACE_STATUS", [
-            Field("level", 16, R, doc="Records in the trace FIFO."),
-            Field("dropped", 16, R, doc="Records dropped because the FIFO was full (saturates)."),
-        ], f"Trace FIFO state. A record is {TRACE_WORDS} words."), 0x070, group="trace")
-    reg(Register("TRACE_DATA", [Field("data", 32, R)],
-                 "Next word of the head trace record, LSB word first; reading the last word "
-                 "of a record pops it. Reads 0 when empty.", read_strobe=True),
-        0x074, group="trace")
+    if config.traced:
+        reg(Register("TRACE_STATUS", [
+                Field("level", 16, R, doc="Records in the trace FIFO."),
+                Field("dropped", 16, R,
+                      doc="Records dropped because the FIFO was full (saturates)."),
+            ], f"Trace FIFO state. A record is {TRACE_WORDS} words."), 0x070, group="trace")
+        reg(Register("TRACE_DATA", [Field("data", 32, R)],
+                     "Next word of the head trace record, LSB word first; reading the last word "
+                     "of a record pops it. Reads 0 when empty.", read_strobe=True),
+            0x074, group="trace")
 
     # -- partition and slot tables ------------------------------------------------
     for i in range(config.partitions):
@@ -317,7 +321,7 @@ def hwcfg_values(config):
         "HWCFG_CTRL": pack("HWCFG_CTRL", kernel_slots=config.kernel_slots,
                            slot_depth_log2=_log2(config.slot_depth),
                            plan_depth_log2=_log2(config.plan_depth),
-                           trace_depth_log2=_log2(config.trace_depth),
+                           trace_depth_log2=_log2(config.trace_depth) if config.traced else 0,
                            slot_counters=int(config.slot_counters),
                            staging_words_log2=_log2(config.staging_words),
                            dma_queue_log2=_log2(config.dma_queue),
@@ -356,7 +360,8 @@ def config_from_hwcfg(values):
         spad_banks=int(spad.banks), spad_bank_words=int(spad.bank_words),
         partitions=int(spad.partitions),
         kernel_slots=int(ctrl.kernel_slots), slot_depth=1 << int(ctrl.slot_depth_log2),
-        plan_depth=1 << int(ctrl.plan_depth_log2), trace_depth=1 << int(ctrl.trace_depth_log2),
+        plan_depth=1 << int(ctrl.plan_depth_log2),
+        trace_depth=1 << int(ctrl.trace_depth_log2) if int(ctrl.trace_depth_log2) else 0,
         slot_counters=bool(int(ctrl.slot_counters)),
         staging_words=1 << int(ctrl.staging_words_log2),
         dma_queue=1 << int(ctrl.dma_queue_log2),

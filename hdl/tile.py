@@ -52,7 +52,8 @@ class Tile(wiring.Component):
     trace_width : int
         Bits of the trace FIFO's memory: 256 (a record a word), 128 or 64 (a record
         written over two or four cycles, in a half or a quarter of the block RAMs;
-        see :class:`~fusetile.hdl.trace.TraceFifo`).
+        see :class:`~fusetile.hdl.trace.TraceFifo`). Not used by a tile without a
+        trace FIFO (``config.trace_depth`` 0).
 
     Attributes
     ----------
@@ -106,8 +107,9 @@ class Tile(wiring.Component):
         m.submodules.kernels = kernels = KernelStore(cfg, shared_read=shared)
         m.submodules.control = ctrl = ControlUnit(cfg)
         m.submodules.compute = compute = ComputeUnit(cfg)
-        m.submodules.trace = trace = TraceFifo(cfg.trace_depth, width=self.trace_width,
-                                                compact=cfg.compact)
+        if cfg.traced:
+            m.submodules.trace = trace = TraceFifo(cfg.trace_depth, width=self.trace_width,
+                                                    compact=cfg.compact)
 
         # -- bus fabric -------------------------------------------------------------
         m.submodules.decoder = dec = wishbone.Decoder(addr_width=ADDR_WIDTH - 2)
@@ -146,8 +148,8 @@ class Tile(wiring.Component):
             ctrl.compute_fault_cause.eq(compute.fault_cause),
             ctrl.compute_fault_addr.eq(compute.fault_addr),
             ctrl.compute_fault_part.eq(compute.fault_part),
-            ctrl.mac_busy.eq(compute.mac_busy),
-            ctrl.vec_busy.eq(compute.vec_busy),
+            *([ctrl.mac_busy.eq(compute.mac_busy),
+               ctrl.vec_busy.eq(compute.vec_busy)] if cfg.traced else []),
             compute.abort.eq(ctrl.dma_abort),
             ctrl.flag_we.eq(compute.flag_we),
             ctrl.flag_sel.eq(compute.flag_sel),
@@ -155,13 +157,13 @@ class Tile(wiring.Component):
             ctrl.index_we.eq(compute.index_we),
             ctrl.index_sel.eq(compute.index_sel),
             ctrl.index_value.eq(compute.index_value),
-            ctrl.dma_busy.eq(dma.busy),
+            *([ctrl.dma_busy.eq(dma.busy)] if cfg.traced else []),
             ctrl.dma_fault.eq(dma.fault),
             ctrl.dma_fault_cause.eq(dma.fault_cause),
             ctrl.dma_fault_addr.eq(dma.fault_addr),
             ctrl.dma_fault_part.eq(dma.fault_part),
-            ctrl.dma_word_in.eq(dma.word_in),
-            ctrl.dma_word_out.eq(dma.word_out),
+            *([ctrl.dma_word_in.eq(dma.word_in),
+               ctrl.dma_word_out.eq(dma.word_out)] if cfg.traced else []),
             dma.abort.eq(ctrl.dma_abort),
             spad.abort.eq(ctrl.dma_abort),
 
@@ -182,10 +184,9 @@ class Tile(wiring.Component):
             kernels.lock.eq(ctrl.slot_lock),
             kernels.locked_slot.eq(ctrl.locked_slot),
             kernels.hold.eq(ctrl.slot_hold),
-
-            trace.push.eq(ctrl.trace_push),
-            trace.record.eq(ctrl.trace_record),
         ]
+        if cfg.traced:
+            m.d.comb += [trace.push.eq(ctrl.trace_push), trace.record.eq(ctrl.trace_record)]
 
         # -- registers ------------------------------------------------------------------
         f = csr.fields
@@ -232,12 +233,14 @@ class Tile(wiring.Component):
             self.lights.done.eq(ctrl.done),
             self.lights.faulted.eq(ctrl.faulted),
             self.lights.speculating.eq(ctrl.speculating),
-
-            f["TRACE_STATUS"]["level"].eq(trace.level),
-            f["TRACE_STATUS"]["dropped"].eq(trace.dropped),
-            f["TRACE_DATA"]["data"].eq(trace.data),
-            trace.read.eq(csr.read_strobe["TRACE_DATA"]),
         ]
+        if cfg.traced:
+            m.d.comb += [
+                f["TRACE_STATUS"]["level"].eq(trace.level),
+                f["TRACE_STATUS"]["dropped"].eq(trace.dropped),
+                f["TRACE_DATA"]["data"].eq(trace.data),
+                trace.read.eq(csr.read_strobe["TRACE_DATA"]),
+            ]
 
         for i in range(INDEX_REGS):
             m.d.comb += f[f"INDEX[{i}]"]["value"].eq(ctrl.index[i])
@@ -343,16 +346,18 @@ class Tile(wiring.Component):
         # they were 10.03 and 9.67 ns of 0059dff's routed build (docs/fpga-timing.md,
         # step 49).
         pipelined = [n for n in names if n.split("[")[0] in PIPELINED_COUNTERS]
+        # CYCLES is a register, readable every cycle, for the trace records' stamps;
+        # without a trace FIFO it is in the RAM with the others.
         m.submodules.counters = counters = PerfCounters(
             names, inc_width={n: len(Value.cast(increments[n])) for n in names},
-            immediate=["CYCLES"], voidable=voidable, pipelined=pipelined,
-            compact=cfg.compact)
+            immediate=["CYCLES"] if cfg.traced else [], voidable=voidable,
+            pipelined=pipelined, compact=cfg.compact)
         m.d.comb += counters.void.eq(ev.void)
         wiring.connect(m, csr.counter_read, counters.read)
         m.d.comb += [
             counters.freeze.eq(f["PERF_CTRL"]["freeze"]),
             counters.clear.eq(f["PERF_CTRL"]["clear"]),
-            ctrl.cycles.eq(counters.value["CYCLES"][:32]),
+            *([ctrl.cycles.eq(counters.value["CYCLES"][:32])] if cfg.traced else []),
         ]
         m.d.comb += [counters.inc[n].eq(increments[n]) for n in names]
 

@@ -3,7 +3,8 @@
 ``isa_suite`` runs the tiled matmul (``kernels/matmul.py``) for growing K, with and
 without double-buffering, checks every output against NumPy, and reports MAC-array
 utilisation = MACs / (cycles x R x C) from the counters: over the whole plan run, and in
-steady state (the n-tile kernel calls only, from their trace records).
+steady state (the n-tile kernel calls only, from their trace records; None on a tile
+without a trace FIFO).
 """
 
 import numpy as np
@@ -57,7 +58,9 @@ def run_matmul(dev, problem, *, double_buffer, seed=0):
         "cycles": counters["active_cycles"],
         "macs": counters["macs"],
         "mac_utilization": counters["macs"] / (counters["active_cycles"] * array),
-        "steady_mac_utilization": tile_macs / (tile_cycles * array) if tile_cycles else 0.0,
+        # (None on a tile without a trace FIFO: no calls to tell apart.)
+        "steady_mac_utilization": (tile_macs / (tile_cycles * array) if tile_cycles else 0.0)
+                                  if cfg.traced else None,
         "dma_bytes_in": counters["dma_bytes_in"],
         "dma_bytes_out": counters["dma_bytes_out"],
         "stall_dma": counters["stall_dma"],

@@ -483,7 +483,8 @@ def bench_command(args, out):
             table.add_row(str(r["m"]), str(r["n"]), str(r["k"]),
                           "yes" if r["double_buffer"] else "no", f"{r['cycles']:,}",
                           f"{100 * r['mac_utilization']:.1f} %",
-                          f"{100 * r['steady_mac_utilization']:.1f} %",
+                          "-" if r["steady_mac_utilization"] is None
+                          else f"{100 * r['steady_mac_utilization']:.1f} %",
                           "yes" if r["correct"] else "[red]NO[/red]")
         console.print(table)
 

@@ -602,7 +602,10 @@ class Device:
 
     # -- trace ------------------------------------------------------------------------
     def read_trace(self):
-        """Drain the trace FIFO: a list of ``TraceRecord`` views, oldest first."""
+        """Drain the trace FIFO: a list of ``TraceRecord`` views, oldest first. Empty
+        if the tile has no trace FIFO (``config.trace_depth`` 0)."""
+        if not self.config.traced:
+            return []
         level = int(self.regs.TRACE_STATUS.read().level)
         if not level:
             return []
@@ -613,5 +616,8 @@ class Device:
                 for i in range(0, len(words), n)]
 
     def trace_dropped(self):
-        """Trace records dropped because the FIFO was full (saturating)."""
+        """Trace records dropped because the FIFO was full (saturating); 0 if the tile
+        has no trace FIFO."""
+        if not self.config.traced:
+            return 0
         return int(self.regs.TRACE_STATUS.read().dropped)

@@ -132,7 +132,8 @@ ICE40_UNDEFINED_COLLISIONS = [*UNDEFINED_COLLISIONS,
 # Built for area (`TileConfig.compact`), the trace FIFO's read port is not transparent,
 # and no word it reads in the cycle it is written is used (`hdl/trace.py`): the iCE40
 # build declares it too (its emulation was about 130 logic cells of the UP5K). Only
-# then: a transparent port's collisions cannot be undefined (Yosys asserts it).
+# then, and only with a trace FIFO: a transparent port's collisions cannot be undefined
+# (Yosys asserts it).
 ICE40_COMPACT_UNDEFINED_COLLISIONS = [*ICE40_UNDEFINED_COLLISIONS,
                                       "setparam -set COLLISION_X_MASK 1'1 "
                                       "*.tile.trace/t:$memrd_v2"]
@@ -143,7 +144,8 @@ def undefined_collisions(family, config):
     anything on a collision, in a ``family`` build."""
     if family == "ecp5":
         return UNDEFINED_COLLISIONS
-    return ICE40_COMPACT_UNDEFINED_COLLISIONS if config.compact else ICE40_UNDEFINED_COLLISIONS
+    compact_trace = config.compact and config.traced
+    return ICE40_COMPACT_UNDEFINED_COLLISIONS if compact_trace else ICE40_UNDEFINED_COLLISIONS
 
 
 _SYNTH_OPTIONS = {

@@ -13,6 +13,10 @@ of the tensors the host reads back (:meth:`Profiler.observe`).
 
 Its own cost is measured, not estimated: the bus words it reads
 (``Transport.words_read`` around each drain).
+
+A tile without a trace FIFO (``TileConfig.trace_depth`` 0, the iCEBreaker's) gives no
+records: the runs then keep their samples and active cycles only, there are no unit
+profiles or successions, and the fusion engine finds nothing to merge.
 """
 
 from collections import Counter, deque
@@ -100,7 +104,7 @@ class Profiler:
         ``every``-th call, drain the FIFO if it is half full, so that a run with more
         calls than the FIFO holds loses none."""
         self._polls += 1
-        if self._polls % self.every:
+        if self._polls % self.every or not dev.config.traced:
             return
         before = dev.transport.words_read
         if int(dev.regs.TRACE_STATUS.read().level) * 2 >= dev.config.trace_depth:

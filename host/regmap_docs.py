@@ -278,15 +278,19 @@ def markdown(config=TileConfig()):
     # Trace record
     w("## Trace record")
     w("")
-    w(f"`TRACE_DATA` returns the head record as {regmap.TRACE_WORDS} words, least "
-      f"significant word first (`TraceRecord`, {TraceRecord.as_shape().size} bits). "
-      f"`TRACE_STATUS.level` records are ready; read them with one non-incrementing burst "
-      f"of `level * {regmap.TRACE_WORDS}` words.")
-    w("")
-    w("| Bits | Field |")
-    w("|---|---|")
-    for name, field in TraceRecord.as_shape():
-        w(f"| {_bits(field.offset, field.width)} | `{name}` |")
+    if config.traced:
+        w(f"`TRACE_DATA` returns the head record as {regmap.TRACE_WORDS} words, least "
+          f"significant word first (`TraceRecord`, {TraceRecord.as_shape().size} bits). "
+          f"`TRACE_STATUS.level` records are ready; read them with one non-incrementing "
+          f"burst of `level * {regmap.TRACE_WORDS}` words.")
+        w("")
+        w("| Bits | Field |")
+        w("|---|---|")
+        for name, field in TraceRecord.as_shape():
+            w(f"| {_bits(field.offset, field.width)} | `{name}` |")
+    else:
+        w("This configuration has no trace FIFO (`HWCFG_CTRL.trace_depth_log2` reads 0): "
+          "no `TRACE_STATUS` or `TRACE_DATA`, and no records.")
     w("")
 
     # Windows

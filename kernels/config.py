@@ -72,7 +72,11 @@ class TileConfig:
     gmem_bytes : int
         Size of the global memory, in bytes (a multiple of ``word_bytes``).
     trace_depth : int
-        Records the trace FIFO holds (a power of two).
+        Records the trace FIFO holds (a power of two), or 0 for a tile without a trace
+        FIFO (:attr:`traced`): neither the FIFO nor the control unit's per-call
+        statistics are built, the TRACE registers are not in the register map, and
+        the host profiles whole runs from the counters alone. The iCEBreaker's choice
+        (about 1,000 of its logic cells).
     staging_words : int
         Words of GMEM stores a speculative region can hold until COMMIT publishes them
         (a power of two); a region that stores more is rolled back.
@@ -146,7 +150,7 @@ class TileConfig:
         "spad_banks": (1, 64), "spad_bank_words": (1, 0xFFFF),
         "partitions": (1, 16), "kernel_slots": (1, 16),
         "slot_depth": (2, 1024), "plan_depth": (2, 2048),
-        "gmem_bytes": (4, 1 << 20), "trace_depth": (2, 256),
+        "gmem_bytes": (4, 1 << 20), "trace_depth": (0, 256),
         "staging_words": (2, 1024), "dma_queue": (1, 16), "vector_lanes": (1, 64),
     }
 
@@ -166,8 +170,13 @@ class TileConfig:
                 raise ValueError(f"{f.name} must be between {lo} and {hi}, not {value!r}")
         for name in ("word_bytes", "trace_depth", "slot_depth", "plan_depth", "staging_words",
                      "dma_queue", "vector_lanes"):
-            if getattr(self, name) is not None and not _is_pow2(getattr(self, name)):
-                raise ValueError(f"{name} must be a power of two, not {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if name == "trace_depth" and value == 0:
+                continue
+            if value is not None and not _is_pow2(value):
+                raise ValueError(f"{name} must be a power of two, not {value!r}")
+        if self.trace_depth == 1:
+            raise ValueError("trace_depth must be 0 (no trace FIFO) or at least 2, not 1")
         if self.spad_words > 0xFFFF:
             raise ValueError(f"spad_banks * spad_bank_words must be at most 65535 words, "
                              f"not {self.spad_words!r}")
@@ -198,6 +207,11 @@ class TileConfig:
     @property
     def word_bits(self):
         return self.word_bytes * 8
+
+    @property
+    def traced(self):
+        """Whether the tile has a trace FIFO (:attr:`trace_depth` not 0)."""
+        return self.trace_depth > 0
 
     @property
     def scaler_lanes(self):

@@ -291,7 +291,8 @@ class TileModel:
     fault : FaultRecord
         The last fault (valid while :attr:`faulted`).
     trace : collections.deque of int
-        Trace records (256-bit ints, :class:`TraceRecord` bits), oldest first.
+        Trace records (256-bit ints, :class:`TraceRecord` bits), oldest first (none
+        on a tile without a trace FIFO).
     trace_dropped : int
     running, done, faulted, active_bank, exec_bank, swap_pending, in_kernel, slot,
     speculating : int
@@ -1062,6 +1063,8 @@ class TileModel:
             lst[:] = [0] * len(lst)
 
     def _push_trace(self, call, slot, bank, *, faulted):
+        if not self.config.traced:
+            return
         if len(self.trace) >= self.config.trace_depth:
             self.trace_dropped = min(self.trace_dropped + 1, 0xFFFF)
             return

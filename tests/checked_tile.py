@@ -66,7 +66,7 @@ class CheckedTile(Tile):
                        "a kernel fetch of a word the host may have written in the cycle "
                        "before"),
             ]
-        if self.config.compact:
+        if self.config.compact and self.config.traced:
             stats = ctrl.trace_record.as_value()[64:]
             pushed, held = ctrl.trace_push, stats
             for cycle in (1, 2):

@@ -155,6 +155,28 @@ def test_hardware_profile_round_trip_other_config():
     assert len(dev.bank_counters()) == config.spad_banks
 
 
+def test_a_tile_without_a_trace_fifo():
+    """trace_depth 0: HWCFG_CTRL's trace_depth_log2 reads 0, the TRACE registers are not
+    in the map, and the trace reads are empty without a bus access."""
+    config = TileConfig(trace_depth=0)
+    assert not config.traced and TileConfig().traced
+    ctrl = tile_memory_map(config)["HWCFG_CTRL"].item
+    assert ctrl.unpack(hwcfg_values(config)["HWCFG_CTRL"]).trace_depth_log2 == 0
+    fake = FakeTile(config)
+    dev = Device(fake)
+    assert dev.config == config and dev.hardware_profile() == config
+    assert "TRACE_STATUS" not in dev.memory_map and "TRACE_DATA" not in dev.memory_map
+    assert "TRACE_STATUS" in tile_memory_map(TileConfig())
+    before = fake.words_read
+    assert dev.read_trace() == [] and dev.trace_dropped() == 0
+    assert fake.words_read == before
+    with pytest.raises(ValueError, match="trace_depth must be 0 .no trace FIFO. or at least "
+                                         "2, not 1"):
+        TileConfig(trace_depth=1)
+    with pytest.raises(ValueError, match="trace_depth must be a power of two, not 3"):
+        TileConfig(trace_depth=3)
+
+
 def test_counter_sets_of_a_tile_before_register_map_0_3():
     """A tile before 0.3 reads 0 in HWCFG_CTRL's branch_counters and bank_counters
     bits, and has both sets of counters."""

@@ -118,3 +118,10 @@ def test_checks_config():
         markdown(3)
     with pytest.raises(TypeError, match="TileConfig"):
         c_header(None)
+
+
+def test_markdown_of_a_tile_without_a_trace_fifo():
+    text = markdown(TileConfig(trace_depth=0))
+    assert "#### TRACE_STATUS" not in text and "#### TRACE_DATA" not in text
+    assert "This configuration has no trace FIFO" in text
+    assert "#### TRACE_STATUS" in markdown(TileConfig())

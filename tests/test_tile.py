@@ -44,6 +44,24 @@ def test_compact_scenario(scenario):
         scenario(Device(transport))
 
 
+#: The scenarios that see a tile without a trace FIFO (the iCEBreaker's): the TRACE
+#: registers' bus errors, the counters that go on without it (CYCLES among the others
+#: in the counters' RAM) and the calls that push no record.
+UNTRACED_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clear",
+                      "trace_fifo", "matmul_requant")
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.__name__ in UNTRACED_SCENARIOS],
+                         ids=lambda s: s.__name__)
+def test_untraced_scenario(scenario, compact):
+    config = replace(CONFIG, trace_depth=0, compact=compact)
+    with open_transport("amaranth", config=config) as transport:
+        dev = Device(transport)
+        assert dev.config == config and not dev.config.traced
+        scenario(dev)
+
+
 def test_memory_options_checked():
     from fusetile.hdl.tile import Tile
     from wb_helpers import raises_in_constructor
