@@ -198,6 +198,9 @@ class ControlUnit(wiring.Component):
         Both plan banks must refuse host writes.
     staging_publish, staging_discard : Out(1)
     staging_draining, staging_overflow : In(1)
+        The staging buffer's commands and state; only on a tile with speculation
+        (``config.speculates``: without it ASSUME and COMMIT are illegal, and
+        ``speculating`` stays 0).
     miss_pc : Out(16)
         PC of the ASSUME whose guard failed last.
     running, done, faulted, active_bank, swap_pending, in_kernel : Out(1)
@@ -225,7 +228,7 @@ class ControlUnit(wiring.Component):
             raise TypeError(f"config must be a TileConfig, not {config!r}")
         self.config = config
         k = config.kernel_slots
-        traced = config.traced
+        traced, speculates = config.traced, config.speculates
         super().__init__({
             "start": In(1), "swap": In(1), "clear_fault": In(1), "abort": In(1),
             "watchdog_limit": In(32),
@@ -251,8 +254,8 @@ class ControlUnit(wiring.Component):
             "index_we": In(1), "index_sel": In(2), "index_value": In(16),
             "flags": Out(FLAGS), "index": Out(data.ArrayLayout(16, INDEX_REGS)),
             "speculating": Out(1), "plan_lock_all": Out(1),
-            "staging_publish": Out(1), "staging_discard": Out(1),
-            "staging_draining": In(1), "staging_overflow": In(1),
+            **({"staging_publish": Out(1), "staging_discard": Out(1),
+                "staging_draining": In(1), "staging_overflow": In(1)} if speculates else {}),
             "miss_pc": Out(16), "exec_bank": Out(1),
             "running": Out(1), "done": Out(1), "faulted": Out(1), "active_bank": Out(1),
             "swap_pending": Out(1), "in_kernel": Out(1), "slot": Out(4),
@@ -303,6 +306,7 @@ class ControlUnit(wiring.Component):
         # Statistics of the current kernel call, for its trace record (none without a
         # trace FIFO).
         traced = cfg.traced
+        speculates = cfg.speculates
         call_pc = Signal(16, name="call_pc") if copied and traced else None
         if traced:
             call_start = Signal(32)
@@ -638,7 +642,8 @@ class ControlUnit(wiring.Component):
             with m.Case(PlanOp.SWITCH):
                 m.d.comb += fetched_illegal.eq(fetched.sel >= INDEX_REGS)
             with m.Case(PlanOp.ASSUME):
-                m.d.comb += fetched_illegal.eq((fetched.sel >= FLAGS) | self.speculating)
+                m.d.comb += fetched_illegal.eq((fetched.sel >= FLAGS) | self.speculating
+                                               if speculates else 1)
             with m.Case(PlanOp.COMMIT):
                 m.d.comb += fetched_illegal.eq(~self.speculating)
             with m.Case(PlanOp.DONE):
@@ -906,18 +911,19 @@ class ControlUnit(wiring.Component):
                                      self.events.taken.eq(taken),
                                      self.events.flag.eq(plan.sel)]
                         plan_goto(goto)
-                    with m.Case(PlanOp.ASSUME):
-                        m.d.sync += [
-                            self.speculating.eq(1), guard_flag.eq(plan.sel),
-                            guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
-                            resume_outside.eq(plan.a[:16] >= cfg.plan_depth),
-                            self.miss_pc.eq(self.plan_pc),
-                        ]
-                        plan_goto(goto)
-                    with m.Case(PlanOp.COMMIT):
-                        # The publish is `publishes` (below), the same decision.
-                        m.d.sync += [self.speculating.eq(0),
-                                     state.eq(_State.PUBLISH.code)]
+                    if speculates:
+                        with m.Case(PlanOp.ASSUME):
+                            m.d.sync += [
+                                self.speculating.eq(1), guard_flag.eq(plan.sel),
+                                guard_value.eq(plan.cond[0]), resume_pc.eq(plan.a),
+                                resume_outside.eq(plan.a[:16] >= cfg.plan_depth),
+                                self.miss_pc.eq(self.plan_pc),
+                            ]
+                            plan_goto(goto)
+                        with m.Case(PlanOp.COMMIT):
+                            # The publish is `publishes` (below), the same decision.
+                            m.d.sync += [self.speculating.eq(0),
+                                         state.eq(_State.PUBLISH.code)]
                     with m.Case(PlanOp.DONE):
                         m.d.sync += [self.running.eq(0), faults_running.eq(0),
                                      self.done.eq(1), state.eq(_State.IDLE.code)]
@@ -946,13 +952,14 @@ class ControlUnit(wiring.Component):
         # buffer's registers (11.82 ns of 36f2362's routed ULX3S build, step 51).
         # Like every publish it does not wait for the cycle's hard faults: the discard
         # a cycle later empties the buffer before it writes a word (`abandon`).
-        m.d.comb += [self.staging_publish.eq(at(_State.PLAN_EXEC) & publishes),
-                     self.events.spec_hit.eq(self.staging_publish)]
+        if speculates:
+            m.d.comb += [self.staging_publish.eq(at(_State.PLAN_EXEC) & publishes),
+                         self.events.spec_hit.eq(self.staging_publish)]
 
-        with m.If(at(_State.PUBLISH)):
-            # The COMMIT retires once its stores are in GMEM.
-            with m.If(~self.staging_draining):
-                plan_goto(next_q, next_outside)
+            with m.If(at(_State.PUBLISH)):
+                # The COMMIT retires once its stores are in GMEM.
+                with m.If(~self.staging_draining):
+                    plan_goto(next_q, next_outside)
 
         with m.If(at(_State.MICRO_FETCH)):
             m.d.sync += [micro_ir.eq(self.kern_rd_data), check_ir.eq(self.kern_rd_data),
@@ -1052,19 +1059,22 @@ class ControlUnit(wiring.Component):
                 Mux(self.compute_fault, self.compute_fault_part, self.dma_fault_part))
 
         # -- speculation: a miss continues in the other bank ------------------------------
-        with m.If(self.speculating):
-            with m.If(self.flag_we & (self.flag_sel == guard_flag) &
-                      (self.flag_value != guard_value)):
-                m.d.comb += miss.eq(1)
-            with m.If(self.staging_overflow):
-                m.d.comb += miss.eq(1)
-            # A fault the guess may have caused rolls back instead of stopping the tile
-            # (but for the watchdog's and the host's: `hard_fault`, below). The event
-            # says so itself, rather than being undone by the stop: with the stop's
-            # decision in front, it was a 10.06 ns path into its counter's register on
-            # e964b34's ULX3S build (docs/fpga-timing.md, step 44).
-            with m.If(fault):
-                m.d.comb += [miss.eq(1), self.events.spec_fault.eq(~hard_fault)]
+        # (Without speculation no ASSUME executes: `speculating` stays 0, and nothing
+        # misses.)
+        if speculates:
+            with m.If(self.speculating):
+                with m.If(self.flag_we & (self.flag_sel == guard_flag) &
+                          (self.flag_value != guard_value)):
+                    m.d.comb += miss.eq(1)
+                with m.If(self.staging_overflow):
+                    m.d.comb += miss.eq(1)
+                # A fault the guess may have caused rolls back instead of stopping the tile
+                # (but for the watchdog's and the host's: `hard_fault`, below). The event
+                # says so itself, rather than being undone by the stop: with the stop's
+                # decision in front, it was a 10.06 ns path into its counter's register on
+                # e964b34's ULX3S build (docs/fpga-timing.md, step 44).
+                with m.If(fault):
+                    m.d.comb += [miss.eq(1), self.events.spec_fault.eq(~hard_fault)]
 
         # The watchdog and the host's abort stop the tile even inside a speculative
         # region; they are raised last, so their cause wins (the host's over the
@@ -1106,7 +1116,8 @@ class ControlUnit(wiring.Component):
         # and a compute step lands (its flag or index write too, as before). Every
         # fault is either a stop or (inside a speculative region) a miss.
         m.d.sync += [abort_units.eq(fault | miss), units_aborted.eq(fault | miss)]
-        m.d.comb += [self.dma_abort.eq(abort_units), self.staging_discard.eq(abort_units)]
+        m.d.comb += [self.dma_abort.eq(abort_units),
+                     *([self.staging_discard.eq(abort_units)] if speculates else [])]
 
         # A miss goes to the other bank and reads the fallback's instruction in the
         # next cycle (ROLLBACK), from registers: the miss decision (the fault decision

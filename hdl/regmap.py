@@ -152,7 +152,8 @@ def tile_memory_map(config):
                   "FIFO, and no TRACE_STATUS or TRACE_DATA (a depth of one record is not "
                   "built)."),
             Field("slot_counters", 1, R, doc="Per-slot counters are present."),
-            Field("staging_words_log2", 4, R, doc="log2(speculation staging words)."),
+            Field("staging_words_log2", 4, R, doc="log2(speculation staging words); 0: "
+                  "no speculation (ASSUME and COMMIT are illegal)."),
             Field("dma_queue_log2", 3, R, doc="log2(DMA commands queued)."),
             Field("branch_counters", 1, R, doc="Per-flag branch counters are present "
                   "(tiles before register map 0.3 have them and read 0)."),
@@ -323,7 +324,8 @@ def hwcfg_values(config):
                            plan_depth_log2=_log2(config.plan_depth),
                            trace_depth_log2=_log2(config.trace_depth) if config.traced else 0,
                            slot_counters=int(config.slot_counters),
-                           staging_words_log2=_log2(config.staging_words),
+                           staging_words_log2=(_log2(config.staging_words)
+                                               if config.speculates else 0),
                            dma_queue_log2=_log2(config.dma_queue),
                            branch_counters=int(config.branch_counters),
                            bank_counters=int(config.bank_counters),
@@ -363,7 +365,8 @@ def config_from_hwcfg(values):
         plan_depth=1 << int(ctrl.plan_depth_log2),
         trace_depth=1 << int(ctrl.trace_depth_log2) if int(ctrl.trace_depth_log2) else 0,
         slot_counters=bool(int(ctrl.slot_counters)),
-        staging_words=1 << int(ctrl.staging_words_log2),
+        staging_words=(1 << int(ctrl.staging_words_log2)
+                       if int(ctrl.staging_words_log2) else 0),
         dma_queue=1 << int(ctrl.dma_queue_log2),
         branch_counters=before_0_3 or bool(int(ctrl.branch_counters)),
         bank_counters=before_0_3 or bool(int(ctrl.bank_counters)),

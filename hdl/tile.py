@@ -101,7 +101,8 @@ class Tile(wiring.Component):
         m.submodules.spad = spad = Scratchpad(cfg)
         m.submodules.dma = dma = Dma(cfg)
         m.submodules.dma_queue = dma_queue = DmaQueue(cfg)
-        m.submodules.staging = staging = StagingBuffer(cfg)
+        if cfg.speculates:
+            m.submodules.staging = staging = StagingBuffer(cfg)
         shared = self.store_ports == "shared"
         m.submodules.plans = plans = PlanStore(cfg, shared_read=shared)
         m.submodules.kernels = kernels = KernelStore(cfg, shared_read=shared)
@@ -122,8 +123,11 @@ class Tile(wiring.Component):
         wiring.connect(m, dec.sub("gmem"), gmem.bus)
 
         # -- datapath -----------------------------------------------------------------
-        wiring.connect(m, dma.gmem, staging.dma)
-        wiring.connect(m, staging.gmem, gmem.dma)
+        if cfg.speculates:
+            wiring.connect(m, dma.gmem, staging.dma)
+            wiring.connect(m, staging.gmem, gmem.dma)
+        else:
+            wiring.connect(m, dma.gmem, gmem.dma)
         wiring.connect(m, dma.spad, spad.dma)
         for port in ("a", "b", "w"):
             wiring.connect(m, getattr(compute, port), getattr(spad, port))
@@ -138,11 +142,11 @@ class Tile(wiring.Component):
             dma_queue.engine_busy.eq(dma.busy),
             dma_queue.flush.eq(ctrl.dma_abort),
             ctrl.dma_outstanding.eq(dma_queue.outstanding),
-            staging.speculate.eq(ctrl.speculating),
-            staging.publish.eq(ctrl.staging_publish),
-            staging.discard.eq(ctrl.staging_discard),
-            ctrl.staging_draining.eq(staging.draining),
-            ctrl.staging_overflow.eq(staging.overflow),
+            *([staging.speculate.eq(ctrl.speculating),
+               staging.publish.eq(ctrl.staging_publish),
+               staging.discard.eq(ctrl.staging_discard),
+               ctrl.staging_draining.eq(staging.draining),
+               ctrl.staging_overflow.eq(staging.overflow)] if cfg.speculates else []),
             ctrl.compute_busy.eq(compute.busy),
             ctrl.compute_fault.eq(compute.fault),
             ctrl.compute_fault_cause.eq(compute.fault_cause),

@@ -170,7 +170,7 @@ class UartBridge(wiring.Component):
         # runs and while the response goes out, which start a byte time (ten bit
         # times) or more after the last write, each reading its words afresh: the
         # iCE40 build declares the read's collisions undefined
-        # (`fusetile.host.fpga.ICE40_UNDEFINED_COLLISIONS`).
+        # (`fusetile.host.fpga.ice40_collision_free`).
 
         cmd = Signal(8)
         is_write = cmd[1]               # WRITE, WRITE_FIXED

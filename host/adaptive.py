@@ -22,10 +22,15 @@ so changing the program never touches GMEM: only kernels and a plan. Per plan ru
    runtime, which owns the tile, knows nothing ran in between, so the kernel no longer
    loads them. A new ``run`` starts from the variant that loads them again.
 
+On a tile without a trace FIFO (``TileConfig.trace_depth`` 0) there are no unit
+profiles, and step 4 never runs: the first program, the static policy's, stays.
+
 A graph with a data-dependent choice runs one sample per run, and the
 :class:`~fusetile.host.speculation.Speculator` takes the plan banks: before each run it
 installs the plan that guesses the sample's path (or the unspeculated one), after it
-learns from the decision and the counters (``docs/runtime.md``, Speculation).
+learns from the decision and the counters (``docs/runtime.md``, Speculation); on a
+tile without speculation (``TileConfig.staging_words`` 0) the fusion engine works on
+either side of the choice instead, as with ``speculate=False``.
 """
 
 from dataclasses import asdict, dataclass, field
@@ -182,9 +187,16 @@ class AdaptiveRunner:
         self._load(loads)
         dev.load_plan(segment.plan)
         self.program, self.segment = program, segment
-        if speculate and any(isinstance(op, Select) for op in graph.ops):
+        if not cfg.traced:
+            # No trace, no unit profiles: a unit would look as if it never ran. The
+            # first plan stays (said in the log and the JSON).
+            self.engine.log.append({"run": 0, "action": "static", "units": graph.name,
+                                    "reason": "the tile has no trace FIFO: no unit "
+                                              "profiles to adapt on"})
+        if speculate and cfg.speculates and any(isinstance(op, Select) for op in graph.ops):
             # A data-dependent choice: speculation merges across it (and owns the banks;
-            # without it, the fusion engine merges units on either side of the choice).
+            # without it, or on a tile without speculation, the fusion engine merges
+            # units on either side of the choice).
             self.speculator = Speculator(dev, graph, self.slots, program, segment)
 
     # -- programs -----------------------------------------------------------------------
@@ -307,7 +319,8 @@ class AdaptiveRunner:
                 self.program, self.segment = swapping.program, swapping.segment
                 self.profiler.runs.clear()          # measure the new plan afresh
             since_change = 0 if swapping is not None else since_change + 1
-            if since_change >= interval and self.pending is None and spec is None:
+            if since_change >= interval and self.pending is None and spec is None and \
+                    self.cfg.traced:
                 self._adapt(stats.runs)
                 since_change = 0 if self.pending is not None else since_change
             if progress:

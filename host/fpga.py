@@ -32,9 +32,9 @@ from ..kernels.config import TileConfig
 
 
 __all__ = ["FpgaError", "DoesNotFit", "TimeLimitExceeded", "TOOLS", "ECP5_LUT_MAPPING",
-           "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS", "ICE40_UNDEFINED_COLLISIONS",
-           "ICE40_COMPACT_UNDEFINED_COLLISIONS", "undefined_collisions",
-           "tool_environment", "build", "program", "parse_report", "parse_yosys_stat"]
+           "ICE40_LUT_MAPPING", "UNDEFINED_COLLISIONS", "ice40_collision_free",
+           "undefined_collisions", "tool_environment", "build", "program", "parse_report",
+           "parse_yosys_stat"]
 
 
 class FpgaError(Exception):
@@ -112,9 +112,15 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 # cannot say (the netlist's COLLISION_X_MASK): no emulation.
 # The patterns match the board tops (`fusetile.core.tile.*`) and the cores the scripts
 # map alone (`fusetile.tile.*`).
-UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
-                        "*.tile.plans/t:$memrd_v2 *.tile.kernels/t:$memrd_v2 "
-                        "*.tile.spad/t:$memrd_v2 *.tile.gmem/t:$memrd_v2"]
+def _declared(patterns):
+    """The Yosys command that declares the RAM read ports of the modules ``patterns``
+    match may read anything on a collision."""
+    return "setparam -set COLLISION_X_MASK 1'1 " + " ".join(f"{p}/t:$memrd_v2"
+                                                            for p in patterns)
+
+
+UNDEFINED_COLLISIONS = [_declared(["*.tile.plans", "*.tile.kernels", "*.tile.spad",
+                                   "*.tile.gmem"])]
 # Three more RAMs never use a word read in the cycle it is written: the counters' (a read
 # step is never of a word whose flush is in flight, and the scanner comes back to a
 # word only after its flush is written: `hdl/counters.py`, asserted by
@@ -125,18 +131,19 @@ UNDEFINED_COLLISIONS = ["setparam -set COLLISION_X_MASK 1'1 "
 # too: on the UP5K their emulation was about 300 logic cells. The ULX3S build keeps it
 # until a route says its 100 MHz holds without: its placement, with 0.02 ns to spare,
 # follows its netlist (`docs/fpga.md`).
-ICE40_UNDEFINED_COLLISIONS = [*UNDEFINED_COLLISIONS,
-                              "setparam -set COLLISION_X_MASK 1'1 "
-                              "*.tile.counters/t:$memrd_v2 *.tile.staging/t:$memrd_v2 "
-                              "*.bridge/t:$memrd_v2"]
 # Built for area (`TileConfig.compact`), the trace FIFO's read port is not transparent,
 # and no word it reads in the cycle it is written is used (`hdl/trace.py`): the iCE40
 # build declares it too (its emulation was about 130 logic cells of the UP5K). Only
-# then, and only with a trace FIFO: a transparent port's collisions cannot be undefined
-# (Yosys asserts it).
-ICE40_COMPACT_UNDEFINED_COLLISIONS = [*ICE40_UNDEFINED_COLLISIONS,
-                                      "setparam -set COLLISION_X_MASK 1'1 "
-                                      "*.tile.trace/t:$memrd_v2"]
+# then: a transparent port's collisions cannot be undefined (Yosys asserts it).
+# Each is declared only when the tile has it: a pattern that matches no module is a
+# Yosys warning.
+
+
+def ice40_collision_free(config):
+    """The patterns of the modules, beyond :data:`UNDEFINED_COLLISIONS`', whose RAM read
+    ports ``config``'s tile on an iCE40 declares may read anything on a collision."""
+    return ["*.tile.counters", *(["*.tile.staging"] if config.speculates else []),
+            "*.bridge", *(["*.tile.trace"] if config.compact and config.traced else [])]
 
 
 def undefined_collisions(family, config):
@@ -144,8 +151,7 @@ def undefined_collisions(family, config):
     anything on a collision, in a ``family`` build."""
     if family == "ecp5":
         return UNDEFINED_COLLISIONS
-    compact_trace = config.compact and config.traced
-    return ICE40_COMPACT_UNDEFINED_COLLISIONS if compact_trace else ICE40_UNDEFINED_COLLISIONS
+    return [*UNDEFINED_COLLISIONS, _declared(ice40_collision_free(config))]
 
 
 _SYNTH_OPTIONS = {

@@ -273,7 +273,8 @@ order, the region closes, `spec_hits` counts it and the plan continues after the
 Rules for code inside a region:
 
 * `assume` inside an open region, `commit` without one and `done` inside one are
-  illegal (`ILLEGAL_PLAN`).
+  illegal (`ILLEGAL_PLAN`); so is every `assume` on a tile without speculation
+  (`HWCFG_CTRL.staging_words_log2` 0, `TileConfig.staging_words` 0: the iCEBreaker's).
 * Scratchpad writes are not staged: after a miss the fallback path must not rely on
   scratchpad contents the speculative path may have changed.
 * A region must not read back GMEM it stored to: staged words are not forwarded.

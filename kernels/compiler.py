@@ -1265,6 +1265,9 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
     if speculate is not None:
         if not view.flow:
             raise CompileError(graph.name, "Graph", "no data-dependent choice to speculate on")
+        if not config.speculates:
+            raise CompileError(view.flow.select.name, "Select", "the tile has no speculation "
+                               "(staging_words 0): ASSUME and COMMIT are illegal there")
         segments = [_speculative_segment(c, view, units, segments[0], speculate)]
     return Program(config, graph, policy, segments, bytes(gmem), c.buffers[graph.input],
                    c.buffers[alias.get(graph.output, graph.output)], (0, config.spad_words),

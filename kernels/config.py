@@ -79,7 +79,11 @@ class TileConfig:
         (about 1,000 of its logic cells).
     staging_words : int
         Words of GMEM stores a speculative region can hold until COMMIT publishes them
-        (a power of two); a region that stores more is rolled back.
+        (a power of two); a region that stores more is rolled back. 0: a tile without
+        speculation (:attr:`speculates`): no staging buffer, ASSUME and COMMIT are
+        illegal plan instructions, and the host runs data-dependent networks on their
+        unspeculated plans. The iCEBreaker's choice (about 280 of its logic cells):
+        the shipped data-dependent workloads need 11 and 21 kernel slots, and it has 4.
     dma_queue : int
         DMA commands a kernel can queue ahead of the engine (a power of two). With 1
         (the iCEBreaker's), the queue is a single register: a command waits there
@@ -151,7 +155,7 @@ class TileConfig:
         "partitions": (1, 16), "kernel_slots": (1, 16),
         "slot_depth": (2, 1024), "plan_depth": (2, 2048),
         "gmem_bytes": (4, 1 << 20), "trace_depth": (0, 256),
-        "staging_words": (2, 1024), "dma_queue": (1, 16), "vector_lanes": (1, 64),
+        "staging_words": (0, 1024), "dma_queue": (1, 16), "vector_lanes": (1, 64),
     }
 
     def __post_init__(self):
@@ -171,12 +175,14 @@ class TileConfig:
         for name in ("word_bytes", "trace_depth", "slot_depth", "plan_depth", "staging_words",
                      "dma_queue", "vector_lanes"):
             value = getattr(self, name)
-            if name == "trace_depth" and value == 0:
+            if name in ("trace_depth", "staging_words") and value == 0:
                 continue
             if value is not None and not _is_pow2(value):
                 raise ValueError(f"{name} must be a power of two, not {value!r}")
         if self.trace_depth == 1:
             raise ValueError("trace_depth must be 0 (no trace FIFO) or at least 2, not 1")
+        if self.staging_words == 1:
+            raise ValueError("staging_words must be 0 (no speculation) or at least 2, not 1")
         if self.spad_words > 0xFFFF:
             raise ValueError(f"spad_banks * spad_bank_words must be at most 65535 words, "
                              f"not {self.spad_words!r}")
@@ -212,6 +218,11 @@ class TileConfig:
     def traced(self):
         """Whether the tile has a trace FIFO (:attr:`trace_depth` not 0)."""
         return self.trace_depth > 0
+
+    @property
+    def speculates(self):
+        """Whether the tile runs speculative regions (:attr:`staging_words` not 0)."""
+        return self.staging_words > 0
 
     @property
     def scaler_lanes(self):

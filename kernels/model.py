@@ -772,7 +772,7 @@ class TileModel:
                 else:
                     goto(a + self.index[sel])
             elif op == PlanOp.ASSUME:
-                if sel >= FLAGS or speculating:
+                if sel >= FLAGS or speculating or not cfg.speculates:
                     illegal = True
                 else:
                     tr.update(speculating=1, guard_flag=sel, guard_value=cond & 1,

@@ -428,20 +428,30 @@ def _copy_kernels(dev, words):
 
 def speculation_hit_publishes(dev):
     """A region whose guard holds publishes its stores at COMMIT; while it is open,
-    both plan banks refuse host writes."""
+    both plan banks refuse host writes. On a tile without speculation ASSUME is an
+    illegal instruction: the plan stops there, having stored nothing."""
     wb = dev.config.word_bytes
     data = bytes(range(64)) * wb
     dev.write_window("GMEM", 0, data)
     dst, _ = _copy_kernels(dev, 64)
     dev.write_window("GMEM", dst * wb, bytes(64 * wb))
-    home = _load_speculative(dev, [
+    plan = [
         _plan(PlanOp.ASSUME, sel=0, cond=0, a=0),   # F0 == 0 holds
         call(0),
         _plan(PlanOp.COMMIT),
         mark(1),
         done(),
-    ], [mark(2), done()])
+    ]
     dev.clear_counters()
+    if not dev.config.speculates:
+        err = _fault(dev, plan)
+        assert err.cause == FaultCause.ILLEGAL_PLAN and err.plan_pc == 0
+        assert not int(dev.status().speculating)
+        assert dev.read_window("GMEM", dst * wb, 64 * wb) == bytes(64 * wb)
+        ctr = dev.counters()
+        assert ctr["kernel_calls"] == 0 and ctr["spec_hits"] == ctr["spec_misses"] == 0
+        return
+    home = _load_speculative(dev, plan, [mark(2), done()])
     dev.start()
     _until(dev, lambda s: int(s.speculating))
     for bank in (0, 1):

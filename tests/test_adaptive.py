@@ -372,6 +372,40 @@ def test_a_program_beyond_one_bank_runs_static(cnn):
     assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
 
 
+def test_a_tile_without_speculation_runs_the_choice_unspeculated():
+    """On a tile without speculation (staging_words 0) the early-exit network runs its
+    unspeculated plan, with the fusion engine on either side of the choice, and the
+    compiler refuses a speculative plan for it, naming the Select."""
+    graph = _workload("exit")
+    config = TileConfig(staging_words=0)
+    xs = _samples(graph, 8 * 3)
+    runner, y, stats = _adaptive(graph, xs, config=config)
+    assert runner.speculator is None and stats.speculation is None
+    assert np.array_equal(y, np.stack([run_reference(graph, x)[graph.output] for x in xs]))
+    with pytest.raises(CompileError, match="node 'exit_where' \\(Select\\): the tile has no "
+                                           "speculation"):
+        compile_graph(graph, config, speculate=0)
+    compile_graph(graph, TileConfig(), speculate=0)
+
+
+def test_a_tile_without_a_trace_keeps_the_first_plan(cnn):
+    """On a tile without a trace FIFO the profiler has runs but no unit profiles, in
+    which every unit would look as if it never ran: the runner keeps the static
+    policy's program, says why, and the outputs are right. (Asking the engine, it split
+    the static rules' merges, "ran in 0 of 1 runs".)"""
+    config = TileConfig(trace_depth=0)
+    xs = _samples(cnn, 8 * 3)
+    runner, y, stats = _adaptive(cnn, xs, config=config)
+    assert np.array_equal(y, np.stack([run_reference(cnn, x)[cnn.output] for x in xs]))
+    assert runner.profiler.profiles() == {} and len(runner.profiler.runs) == 3
+    assert runner.profiler.cycles_per_inference() > 0
+    assert [r["plan"] for r in stats.runs_log] == [0, 0, 0]
+    assert stats.fusions == stats.defusions == 0
+    assert [(e["action"], e["reason"]) for e in runner.engine.log] == [
+        ("static", "the tile has no trace FIFO: no unit profiles to adapt on")]
+    assert runner.program.groups == compile_graph(cnn, config, policy="static").groups
+
+
 def test_a_short_stream_adapts_within_it(cnn):
     """Three runs: decide after the first, swap at the end of the second, the third runs
     the merged plan."""

@@ -177,6 +177,19 @@ def test_a_tile_without_a_trace_fifo():
         TileConfig(trace_depth=3)
 
 
+def test_a_tile_without_speculation():
+    """staging_words 0: HWCFG_CTRL's staging_words_log2 reads 0, and the profile reads
+    back so (the iCEBreaker's, with no trace FIFO either)."""
+    config = TileConfig(staging_words=0, trace_depth=0)
+    assert not config.speculates and TileConfig().speculates
+    ctrl = tile_memory_map(config)["HWCFG_CTRL"].item
+    assert ctrl.unpack(hwcfg_values(config)["HWCFG_CTRL"]).staging_words_log2 == 0
+    assert Device(FakeTile(config)).config == config
+    with pytest.raises(ValueError, match="staging_words must be 0 .no speculation. or at "
+                                         "least 2, not 1"):
+        TileConfig(staging_words=1)
+
+
 def test_counter_sets_of_a_tile_before_register_map_0_3():
     """A tile before 0.3 reads 0 in HWCFG_CTRL's branch_counters and bank_counters
     bits, and has both sets of counters."""

@@ -10,6 +10,7 @@ what the issue asks (the ULX3S closing timing at 100 MHz, the iCEBreaker fitting
 
 import concurrent.futures
 import dataclasses
+import functools
 import importlib
 import json
 import re
@@ -509,13 +510,13 @@ def _cell(type_, ins, outs, **params):
             "connections": {**ins, **outs}}
 
 
-def _core_rtlil():
-    """The iCEBreaker's core (the tile and its bridge) as RTLIL, its stores built with a
-    read port each for the host and the control unit, GMEM with the ULX3S's shared
-    ports, and a trace FIFO (the iCEBreaker's tile has none)."""
+@functools.lru_cache(maxsize=None)
+def _core_rtlil(config):
+    """The iCEBreaker's core (the tile and its bridge) with ``config`` as RTLIL, its
+    stores built with a read port each for the host and the control unit, and GMEM
+    with the ULX3S's shared ports."""
     b = board("icebreaker")
     _, divisor = b.clock_plan(None, 115200)
-    config = dataclasses.replace(b.config, trace_depth=16)
     core = BoardCore(config, divisor=divisor, leds=b.leds,
                      gmem_ports=board("ulx3s-85f").gmem_ports,
                      store_ports="dual", trace_width=b.trace_width)
@@ -525,62 +526,68 @@ def _core_rtlil():
 #: The modules whose RAM read ports each flow declares may read anything on a collision:
 #: the instruction stores, the scratchpad and GMEM's shared ports; on the iCE40 the
 #: counters' RAM, the staging buffer and the UART bridge's burst buffer too, and the
-#: trace FIFO's for a tile built for area.
+#: trace FIFO's for a tile built for area; each only where the tile has it (the
+#: iCEBreaker's has no trace FIFO and no staging buffer).
 _NO_COLLISION_CARE = {"fusetile.tile.plans", "fusetile.tile.kernels", "fusetile.tile.spad",
                       "fusetile.tile.gmem"}
 _ICE40_NO_COLLISION_CARE = _NO_COLLISION_CARE | {"fusetile.tile.counters",
                                                  "fusetile.tile.staging", "fusetile.bridge"}
-COLLISION_LISTS = pytest.mark.parametrize("script, modules", [
-    (fpga.UNDEFINED_COLLISIONS, _NO_COLLISION_CARE),
-    (fpga.ICE40_UNDEFINED_COLLISIONS, _ICE40_NO_COLLISION_CARE),
-    (fpga.ICE40_COMPACT_UNDEFINED_COLLISIONS, _ICE40_NO_COLLISION_CARE | {"fusetile.tile.trace"}),
-], ids=["ecp5", "ice40", "ice40-compact"])
+_ICEBREAKER = board("icebreaker").config
+_WITH_BOTH = dataclasses.replace(_ICEBREAKER, trace_depth=16, staging_words=16)
+COLLISION_LISTS = pytest.mark.parametrize("family, config, modules", [
+    ("ecp5", _WITH_BOTH, _NO_COLLISION_CARE),
+    ("ice40", dataclasses.replace(_WITH_BOTH, compact=False), _ICE40_NO_COLLISION_CARE),
+    ("ice40", _WITH_BOTH, _ICE40_NO_COLLISION_CARE | {"fusetile.tile.trace"}),
+    ("ice40", _ICEBREAKER, _ICE40_NO_COLLISION_CARE - {"fusetile.tile.staging"}),
+], ids=["ecp5", "ice40", "ice40-compact", "ice40-icebreaker"])
 
 
 def test_collision_lists_follow_the_family_and_the_build():
     """The trace FIFO's collisions are declared only for a tile built for area, whose
     read port is not transparent (Yosys asserts that a transparent one's are not), and
-    only when it has one (the iCEBreaker's has not: Yosys would warn of a pattern that
-    matches nothing)."""
-    untraced = board("icebreaker").config
-    compact = dataclasses.replace(untraced, trace_depth=16)
-    deep = dataclasses.replace(compact, compact=False)
-    assert fpga.undefined_collisions("ice40", untraced) == fpga.ICE40_UNDEFINED_COLLISIONS
-    assert fpga.undefined_collisions("ice40", compact) == fpga.ICE40_COMPACT_UNDEFINED_COLLISIONS
-    assert fpga.undefined_collisions("ice40", deep) == fpga.ICE40_UNDEFINED_COLLISIONS
-    assert fpga.undefined_collisions("ecp5", compact) == fpga.UNDEFINED_COLLISIONS
-    assert fpga._synth_options("ice40", compact)["script_after_read"] == \
-        "\n".join(fpga.ICE40_COMPACT_UNDEFINED_COLLISIONS)
-    assert fpga._synth_options("ice40", deep)["script_after_read"] == \
-        "\n".join(fpga.ICE40_UNDEFINED_COLLISIONS)
+    the trace FIFO's and the staging buffer's only when the tile has them (a pattern
+    that matches nothing is a Yosys warning). The ECP5's list is the same for all."""
+    deep = dataclasses.replace(_WITH_BOTH, compact=False)
+    assert fpga.ice40_collision_free(_ICEBREAKER) == ["*.tile.counters", "*.bridge"]
+    assert fpga.ice40_collision_free(deep) == ["*.tile.counters", "*.tile.staging", "*.bridge"]
+    assert fpga.ice40_collision_free(_WITH_BOTH) == ["*.tile.counters", "*.tile.staging",
+                                                     "*.bridge", "*.tile.trace"]
+    for config in (_ICEBREAKER, deep, _WITH_BOTH):
+        assert fpga.undefined_collisions("ecp5", config) == fpga.UNDEFINED_COLLISIONS
+        ice40 = fpga.undefined_collisions("ice40", config)
+        assert ice40[:-1] == fpga.UNDEFINED_COLLISIONS
+        assert re.findall(r"(\S+)/t:\$memrd_v2", ice40[-1]) == fpga.ice40_collision_free(config)
+        assert fpga._synth_options("ice40", config)["script_after_read"] == "\n".join(ice40)
 
 
 @COLLISION_LISTS
-def test_collision_patterns_name_the_rams_that_never_collide(script, modules):
+def test_collision_patterns_name_the_rams_that_never_collide(family, config, modules):
     """Each flow's list selects the RAM read ports of the modules its patterns match,
     and of the core's modules with read ports those are ``modules`` and nothing else
     (Yosys' own run of it: the slow test below)."""
+    script = fpga.undefined_collisions(family, config)
     patterns = re.findall(r"(\S+)/t:\$memrd_v2", " ".join(script))
     with_reads = set()
-    for block in _core_rtlil().split("\nmodule ")[1:]:
+    for block in _core_rtlil(config).split("\nmodule ")[1:]:
         name = block.split(None, 1)[0].lstrip("\\")
         if "cell $memrd_v2" in block:
             with_reads.add(name)
-    assert len(with_reads) > 6      # GMEM, the counters, the trace, ...
+    assert len(with_reads) > 5      # GMEM, the counters, the bridge, ...
     assert {m for m in with_reads if any(fnmatch(m, p) for p in patterns)} == modules
 
 
 @pytest.mark.slow
 @COLLISION_LISTS
-def test_only_the_rams_that_never_collide_ignore_collisions(tmp_path, script, modules):
+def test_only_the_rams_that_never_collide_ignore_collisions(tmp_path, family, config, modules):
     """A flow's declaration that a read colliding with a write may return anything
     (run after Yosys reads the design) reaches the read ports of ``modules``: the plan
     and kernel stores, the scratchpad's banks and GMEM's shared read port (and on the
     iCE40 the counters', the staging buffer's and the UART bridge's, and the compact
     trace FIFO's), every one of them, and no other RAM's."""
-    (tmp_path / "core.il").write_text(_core_rtlil())
+    (tmp_path / "core.il").write_text(_core_rtlil(config))
     (tmp_path / "t.ys").write_text("\n".join(
-        ["read_rtlil core.il", *script, "proc", "write_json t.json"]))
+        ["read_rtlil core.il", *fpga.undefined_collisions(family, config), "proc",
+         "write_json t.json"]))
     yosys = fpga.tool_environment("ice40")["YOSYS"]
     subprocess.run([yosys, "-q", "t.ys"], cwd=tmp_path, check=True)
     ports = {}                                  # module -> COLLISION_X_MASK of each read port
@@ -591,13 +598,13 @@ def test_only_the_rams_that_never_collide_ignore_collisions(tmp_path, script, mo
     # The kernel store's third read port is its class memory's (`MicroClass`), read
     # with the instruction.
     expected = {"fusetile.tile.plans": [1, 1], "fusetile.tile.kernels": [1, 1, 1],
-                "fusetile.tile.spad": [1] * board("icebreaker").config.spad_banks,
+                "fusetile.tile.spad": [1] * config.spad_banks,
                 "fusetile.tile.gmem": [1], "fusetile.tile.counters": [1],
                 "fusetile.tile.staging": [1], "fusetile.tile.trace": [1],
                 "fusetile.bridge": [1]}
     assert {m: masks for m, masks in ports.items() if any(masks)} == \
         {m: masks for m, masks in expected.items() if m in modules}
-    assert len(ports) > 6       # every RAM with a read port, those untouched too
+    assert len(ports) > 5       # every RAM with a read port, those untouched too
 
 
 @pytest.mark.slow
@@ -605,7 +612,7 @@ def test_copies_keep_their_flip_flops(tmp_path):
     """The registers marked as copies (`hdl/copies.py`: the scratchpad's per-port open
     row and limit) are not merged by Yosys' `opt_merge` with the build's script
     (`KEEP_COPIES`), and are without it."""
-    (tmp_path / "core.il").write_text(_core_rtlil())
+    (tmp_path / "core.il").write_text(_core_rtlil(_ICEBREAKER))
     yosys = fpga.tool_environment("ice40")["YOSYS"]
 
     def copies_left(script):
