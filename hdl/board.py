@@ -157,16 +157,17 @@ BOARDS = {b.name: b for b in (
         family="ice40", clock="clk12", reset="button", leds=2,
         # A 2 x 2 array on 32-bit words (a DSP per product: 4 of the UP5K's 8, the
         # vector unit's lane multiplier the other 4), one vector lane for the four,
-        # GMEM in the SPRAM (128 KiB), small memories, a DMA queue of one command
+        # GMEM in the SPRAM (128 KiB), small memories, two partitions (the runtime
+        # uses one; 195 logic cells fewer than four), a DMA queue of one command
         # (a register; two took 208 flip-flops), no per-slot, per-flag or
         # per-bank counters, no trace FIFO (about 1,000 logic cells: with slots of
         # 64 the runtime's fusion has nothing to gain here) and no speculation
         # (about 280: the data-dependent workloads need 11 and 21 slots), the units
         # built for area where they have such a build (`compact`). The tile still
-        # needs about 1.8 times a UP5K's 5,280 logic cells (docs/fpga.md): the
+        # needs about 1.75 times a UP5K's 5,280 logic cells (docs/fpga.md): the
         # architecture has to shrink further.
         config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=2, spad_bank_words=256,
-                          partitions=4, kernel_slots=4, slot_depth=64, plan_depth=64,
+                          partitions=2, kernel_slots=4, slot_depth=64, plan_depth=64,
                           gmem_bytes=128 * 1024, trace_depth=0, staging_words=0,
                           dma_queue=1, slot_counters=False, branch_counters=False,
                           bank_counters=False, vector_lanes=1, compact=True),
