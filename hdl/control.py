@@ -167,9 +167,10 @@ class ControlUnit(wiring.Component):
         the control unit's own, raised before the instruction issues; the compute
         unit's checks stay as a second line (a fault from it would be imprecise).
     mac_busy, vec_busy, dma_busy : In(1)
-        The compute unit's MAC array / vector unit, the DMA engine, is busy (for trace
-        records; these, ``dma_word_in``, ``dma_word_out``, ``cycles``, ``trace_push``
-        and ``trace_record`` are only there with a trace FIFO, ``config.traced``).
+        Whether the compute unit's MAC array, its vector unit and the DMA engine are
+        busy (for trace records; these, ``dma_word_in``, ``dma_word_out``, ``cycles``,
+        ``trace_push`` and ``trace_record`` are only there with a trace FIFO,
+        ``config.traced``).
     dma_fault : In(1)
     dma_fault_cause : In(FaultCause)
     dma_fault_addr : In(32)

@@ -15,8 +15,8 @@ Its own cost is measured, not estimated: the bus words it reads
 (``Transport.words_read`` around each drain).
 
 A tile without a trace FIFO (``TileConfig.trace_depth`` 0, the iCEBreaker's) gives no
-records: the runs then keep their samples and active cycles only, there are no unit
-profiles or successions, and the fusion engine finds nothing to merge.
+records: the runs then keep their samples and active cycles only, and there are no
+unit profiles or successions (the adaptive runner keeps its first plan there).
 """
 
 from collections import Counter, deque
