@@ -143,6 +143,8 @@ def write_report(out_dir, results, config, *, target="?"):
         for r in results for e in r.get("fusion_log", []))
     speculation = "\n".join(_speculation_html(r) for r in results
                              if r["policy"] == "adaptive" and r.get("speculation"))
+    no_timeline = ("<p>none: this tile has no trace FIFO (<code>trace_depth</code> 0)</p>"
+                   if not config.traced else "")
     paths["html"].write_text(f"""<!doctype html>
 <meta charset="utf-8"><title>fusetile report</title>
 <style>body {{ font-family: sans-serif; margin: 2em; }} td, th {{ padding: 2px 8px;
@@ -156,7 +158,7 @@ background: #f4f4f4; }}</style>
 </table>
 <h2>Fusion decisions</h2><ul>{log or "<li>none</li>"}</ul>
 <h2>Speculation</h2>{speculation or "<p>no data-dependent workload</p>"}
-<h2>Timelines (one plan run each)</h2>{"".join(f'<p><img src="{t}"></p>' for t in timelines)}
+<h2>Timelines (one plan run each)</h2>{"".join(f'<p><img src="{t}"></p>' for t in timelines)}{no_timeline}
 <h2>Roofline</h2><img src="roofline.png">
 """)
     return paths

@@ -182,6 +182,16 @@ def test_report_from_a_bench_json(tmp_path, capsys):
     assert "<h3>moe, class-sorted stream</h3>" in page and "hit rate" in page
 
 
+def test_report_of_a_tile_without_a_trace(tmp_path, capsys):
+    """The iCEBreaker's tile has no trace FIFO: the page says why it has no timelines."""
+    config = json.dumps(TileConfig(rows=2, cols=2, word_bytes=4, trace_depth=0).as_dict())
+    status, paths = _json(capsys, ["report", "--samples", "8", "--config", config,
+                                   "--out", str(tmp_path / "r")])
+    assert status == 0 and not any(name.startswith("timeline") for name in paths)
+    page = Path(paths["html"]).read_text()
+    assert "none: this tile has no trace FIFO" in page and "timeline-" not in page
+
+
 def test_report_rejects_other_json(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"suite": "isa"}')
