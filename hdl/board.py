@@ -162,7 +162,7 @@ BOARDS = {b.name: b for b in (
         # (a register; two took 208 flip-flops), no per-slot, per-flag or
         # per-bank counters, no trace FIFO (about 1,000 logic cells: with slots of
         # 64 the runtime's fusion has nothing to gain here) and no speculation
-        # (about 280: the data-dependent workloads need 11 and 21 slots), the units
+        # (about 300: the data-dependent workloads need 11 and 21 slots), the units
         # built for area where they have such a build (`compact`). The tile still
         # needs about 1.75 times a UP5K's 5,280 logic cells (docs/fpga.md): the
         # architecture has to shrink further.

@@ -82,7 +82,7 @@ class TileConfig:
         (a power of two); a region that stores more is rolled back. 0: a tile without
         speculation (:attr:`speculates`): no staging buffer, ASSUME and COMMIT are
         illegal plan instructions, and the host runs data-dependent networks on their
-        unspeculated plans. The iCEBreaker's choice (about 280 of its logic cells):
+        unspeculated plans. The iCEBreaker's choice (about 300 of its logic cells):
         the shipped data-dependent workloads need 11 and 21 kernel slots, and it has 4.
     dma_queue : int
         DMA commands a kernel can queue ahead of the engine (a power of two). With 1
