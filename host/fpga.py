@@ -94,6 +94,15 @@ ECP5_LUT_MAPPING = ["techmap -map +/lattice/latches_map.v", "abc -lut 4", "clean
 ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
                      "ice40_wrapcarry -unwrap", "techmap -map +/ice40/ff_map.v", "clean",
                      "opt_lut -tech ice40"]
+
+
+def _declared(patterns):
+    """The Yosys command that declares the RAM read ports of the modules ``patterns``
+    match may read anything on a collision."""
+    return "setparam -set COLLISION_X_MASK 1'1 " + " ".join(f"{p}/t:$memrd_v2"
+                                                            for p in patterns)
+
+
 # Amaranth declares what a block RAM read returns when the same word is written in that
 # cycle (the old word), and Yosys emulates it on every RAM whose two ports do not
 # promise it (all of ECP5's and iCE40's): the write goes a cycle later, through
@@ -112,13 +121,6 @@ ICE40_LUT_MAPPING = ["techmap -map +/ice40/latches_map.v", "abc -lut 4",
 # cannot say (the netlist's COLLISION_X_MASK): no emulation.
 # The patterns match the board tops (`fusetile.core.tile.*`) and the cores the scripts
 # map alone (`fusetile.tile.*`).
-def _declared(patterns):
-    """The Yosys command that declares the RAM read ports of the modules ``patterns``
-    match may read anything on a collision."""
-    return "setparam -set COLLISION_X_MASK 1'1 " + " ".join(f"{p}/t:$memrd_v2"
-                                                            for p in patterns)
-
-
 UNDEFINED_COLLISIONS = [_declared(["*.tile.plans", "*.tile.kernels", "*.tile.spad",
                                    "*.tile.gmem"])]
 # Three more RAMs never use a word read in the cycle it is written: the counters' (a read
@@ -137,8 +139,6 @@ UNDEFINED_COLLISIONS = [_declared(["*.tile.plans", "*.tile.kernels", "*.tile.spa
 # then: a transparent port's collisions cannot be undefined (Yosys asserts it).
 # Each is declared only when the tile has it: a pattern that matches no module is a
 # Yosys warning.
-
-
 def ice40_collision_free(config):
     """The patterns of the modules, beyond :data:`UNDEFINED_COLLISIONS`', whose RAM read
     ports ``config``'s tile on an iCE40 declares may read anything on a collision."""
