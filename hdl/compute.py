@@ -228,7 +228,9 @@ class ComputeUnit(wiring.Component):
     neither hangs nor reaches outside: its accesses there are not performed (a read
     there gives what the scratchpad answers; ``tests/checked_tile.py`` asserts that
     none is presented in the tile). On the iCEBreaker's build that is 280 logic cells
-    (docs/fpga-timing.md, step 58).
+    (docs/fpga-timing.md, step 58). Its offsets are then as wide as the scratchpad's
+    (step 63), so an offset past the scratchpad wraps around it: an access there may
+    be performed at the wrapped offset, if that is inside the partition.
 
     * PARTITION: the first access (in program order: for each output its inputs, then
       the output) outside the partition; ``fault_addr`` = its offset (offsets past
@@ -423,19 +425,26 @@ class ComputeUnit(wiring.Component):
         # stepped as the step advances by a stride chosen when the command is accepted
         # (MATMUL's strides, VPOOL's stride within a window, else 1): the offset on
         # the port is a register, with no adder or selection between it and the
-        # scratchpad's arbitration.
-        ptr_a = Signal(_ADDR_BITS)
-        ptr_b = Signal(_ADDR_BITS)
-        step_a = Signal(16)
-        step_b = Signal(16)
+        # scratchpad's arbitration. Built for area, the pointers (and every offset
+        # and stride register below that one is set from) are only as wide as a
+        # scratchpad offset: the operand check has found every word the command uses inside the
+        # partition, and arithmetic modulo 2**n is exact below it (on the iCEBreaker's
+        # build, 150 logic cells of 17-bit registers and adders; docs/fpga-timing.md,
+        # step 63).
+        addr_bits = max(1, (cfg.spad_words - 1).bit_length()) if cfg.compact else _ADDR_BITS
+        stride_bits = min(16, addr_bits)
+        ptr_a = Signal(addr_bits)
+        ptr_b = Signal(addr_bits)
+        step_a = Signal(stride_bits)
+        step_b = Signal(stride_bits)
         # Where a unit-stride stream restarts (after a stalled write, and REQUANT's
         # rows after its table): its word for the first output not yet written, the
         # stream's start plus `w_count`, kept in step with `w_count` rather than added
         # at the restart (the adder and the partition test after it, into `a_out`,
         # were 10.03 ns of e0f2cb7's routed paths; docs/fpga-timing.md step 42).
-        base_a = Signal(_ADDR_BITS)
-        base_b = Signal(_ADDR_BITS)
-        row_addr = Signal(_ADDR_BITS)   # VPOOL: word (o, 0)
+        base_a = Signal(addr_bits)
+        base_b = Signal(addr_bits)
+        row_addr = Signal(addr_bits)   # VPOOL: word (o, 0)
         # The room a step leaves in the partition, `limit - step`, set with the step
         # when the command is accepted (the limit holds still under a command): a
         # pointer that steps is outside exactly when the old pointer is at or past it,
@@ -466,12 +475,12 @@ class ComputeUnit(wiring.Component):
         d_step = Signal(_Step, name="d_step")
 
         # -- write stage ------------------------------------------------------------
-        w_addr = Signal(_ADDR_BITS)
+        w_addr = Signal(addr_bits)
         w_out = Signal()
-        w_stride = Signal(16)
+        w_stride = Signal(stride_bits)
         room_w = Signal(signed(_ADDR_BITS + 1))     # limit - w_stride: see step()
         w_count = Signal(16)    # outputs written: where a restart resumes
-        w_row = Signal(_ADDR_BITS)    # VPOOL: input word (o, 0) of the next output
+        w_row = Signal(addr_bits)    # VPOOL: input word (o, 0) of the next output
 
         n_buf = max(self.bias_words, self.table_words)
         buf = Signal(n_buf * word_bits, reset_less=True)
