@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 3544b4f032b0f476. */
+ * Generated for hardware profile e216361eea2998fe. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         4
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "3544b4f032b0f476"
+#define FT_PROFILE_HASH                          "e216361eea2998fe"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -32,6 +32,8 @@
 #define FT_CFG_BRANCH_COUNTERS                   1
 #define FT_CFG_BANK_COUNTERS                     1
 #define FT_CFG_COMPACT                           0
+#define FT_CFG_DECISIONS                         1
+#define FT_CFG_POOL_AVERAGE                      1
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
@@ -69,7 +71,9 @@
 #define FT_HWCFG_ARRAY_WORD_BYTES_SHIFT          16
 #define FT_HWCFG_ARRAY_WORD_BYTES_MASK           0x00FF0000u  /* R */
 #define FT_HWCFG_ARRAY_VECTOR_LANES_SHIFT        24
-#define FT_HWCFG_ARRAY_VECTOR_LANES_MASK         0xFF000000u  /* R */
+#define FT_HWCFG_ARRAY_VECTOR_LANES_MASK         0x7F000000u  /* R */
+#define FT_HWCFG_ARRAY_NO_POOL_AVERAGE_SHIFT     31
+#define FT_HWCFG_ARRAY_NO_POOL_AVERAGE_MASK      0x80000000u  /* R */
 
 /* HWCFG_SPAD: Scratchpad configuration. */
 #define FT_HWCFG_SPAD_ADDR                       0x000Cu
@@ -102,6 +106,8 @@
 #define FT_HWCFG_CTRL_BANK_COUNTERS_MASK         0x20000000u  /* R */
 #define FT_HWCFG_CTRL_COMPACT_SHIFT              30
 #define FT_HWCFG_CTRL_COMPACT_MASK               0x40000000u  /* R */
+#define FT_HWCFG_CTRL_NO_DECISIONS_SHIFT         31
+#define FT_HWCFG_CTRL_NO_DECISIONS_MASK          0x80000000u  /* R */
 
 /* HWCFG_GMEM: Global memory configuration. */
 #define FT_HWCFG_GMEM_ADDR                       0x0014u

@@ -29,7 +29,7 @@ and restarts the operation from the output that was not written.
 """
 
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -292,7 +292,8 @@ class ComputeUnit(wiring.Component):
         Drop the current command at once, clear the fault.
     flag_we : Out(1)
         One-cycle pulse: VCMP, or VARGMAX with ``test`` (in the cycle of ``index_we``),
-        writes ``flag_value`` to flag register ``flag_sel``.
+        writes ``flag_value`` to flag register ``flag_sel``. This port and the five
+        after it exist only on a tile with ``config.decisions``.
     flag_sel : Out(3)
     flag_value : Out(1)
     index_we : Out(1)
@@ -342,12 +343,14 @@ class ComputeUnit(wiring.Component):
             "fault_addr":  Out(32),
             "fault_part":  Out(4),
             "abort":       In(1),
-            "flag_we":     Out(1),
-            "flag_sel":    Out(3),
-            "flag_value":  Out(1),
-            "index_we":    Out(1),
-            "index_sel":   Out(2),
-            "index_value": Out(16),
+            **({
+                "flag_we":     Out(1),
+                "flag_sel":    Out(3),
+                "flag_value":  Out(1),
+                "index_we":    Out(1),
+                "index_sel":   Out(2),
+                "index_value": Out(16),
+            } if config.decisions else {}),
             "vector_regs": Out(VectorRegs, init={"lo": -128, "hi": 127}),
             "mac_busy":    Out(1),
             "vec_busy":    Out(1),
@@ -387,6 +390,8 @@ class ComputeUnit(wiring.Component):
         load = Signal()         # phase: reading words into `buf` (ACC_BIAS, REQUANT table)
 
         mm, vpool = args.matmul, args.vpool
+        # VPOOL averages only where it is built (`TileConfig.pool_average`).
+        average = vpool.average if cfg.pool_average else Const(0)
         vclamp, vcmp, vargmax, requant = args.vclamp, args.vcmp, args.vargmax, args.requant
 
         # -- issue stage --------------------------------------------------------------
@@ -506,9 +511,12 @@ class ComputeUnit(wiring.Component):
         # The opcode, decoded as the command is accepted (below): one flip-flop per
         # operation, so that the issue and data stages start from registers rather
         # than from a six-bit comparison.
-        is_op = {o: Signal(name=f"is_{o.name.lower()}") for o in MicroOp
-                 if o not in (MicroOp.NOP, MicroOp.RET, MicroOp.DMA_LOAD, MicroOp.DMA_STORE,
-                              MicroOp.WAIT)}
+        # An operation the tile does not build (`TileConfig.decisions`) is never one.
+        absent = () if cfg.decisions else (MicroOp.VCMP, MicroOp.VARGMAX)
+        decoded = {o: Signal(name=f"is_{o.name.lower()}") for o in MicroOp
+                   if o not in (MicroOp.NOP, MicroOp.RET, MicroOp.DMA_LOAD,
+                                MicroOp.DMA_STORE, MicroOp.WAIT, *absent)}
+        is_op = {**decoded, **{o: Const(0) for o in absent}}
         vec_op = Signal(VectorOp)
         # Which operand words a step reads, likewise registers: REQUANT's rows phase
         # (after its table, if any) reads none, every other step an `a` word, and
@@ -519,7 +527,7 @@ class ComputeUnit(wiring.Component):
         reads_b = Signal()
         # Whether a result writes a flag, and which (see `written`, below).
         writes_flag = Signal()
-        flag_sel = Signal.like(self.flag_sel)
+        flag_sel = Signal(3)
 
         issuing = Signal()
         m.d.comb += issuing.eq(running & ~rfault & more)
@@ -572,7 +580,7 @@ class ComputeUnit(wiring.Component):
         if passes > 1:
             pace = Signal(range(passes))
             scaled_step = rows_phase | is_op[MicroOp.VADD] | \
-                (is_op[MicroOp.VPOOL] & vpool.average & last)
+                (is_op[MicroOp.VPOOL] & average & last)
             m.d.comb += wait_pass.eq(scaled_step & (pace != 0))
             with m.If(advance & scaled_step):
                 m.d.sync += pace.eq(passes - 1)
@@ -731,7 +739,7 @@ class ComputeUnit(wiring.Component):
             alu_in.b.as_value().eq(word_b),
             alu_in.first.eq(d_step.first),
             alu_in.last.eq(d_step.last),
-            alu_in.average.eq(vpool.average),
+            alu_in.average.eq(average),
             alu_in.pairs.eq(vpool.pairs),
             alu_in.reduce.eq(vcmp.reduce),
             alu_in.column.eq(vargmax.column),
@@ -747,7 +755,7 @@ class ComputeUnit(wiring.Component):
         ]
         # A compact vector unit's unscaled results come sooner than its scaled ones:
         # which the command's are.
-        scaled = is_op[MicroOp.VADD] | (is_op[MicroOp.VPOOL] & vpool.average)
+        scaled = is_op[MicroOp.VADD] | (is_op[MicroOp.VPOOL] & average)
         alu_pipe, alu_out = _result_pipe(m, "alu_pipe", alu,
                                          d_step.valid & vector & (writes_word | d_step.last),
                                          scaled, squash)
@@ -814,15 +822,16 @@ class ComputeUnit(wiring.Component):
         # `alu_out` (see `word_pipe`): the flag write goes to the control unit's
         # speculation guard, the miss decision and all that a miss abandons, the routed
         # worst path of step 46's ULX3S build (docs/fpga-timing.md).
-        written = running & alu_out & ~self.abort
-        m.d.comb += [
-            self.flag_we.eq(written & writes_flag),
-            self.flag_sel.eq(flag_sel),
-            self.flag_value.eq(alu.o.payload.flag),
-            self.index_we.eq(written & is_op[MicroOp.VARGMAX]),
-            self.index_sel.eq(vargmax.index),
-            self.index_value.eq(alu.o.payload.index),
-        ]
+        if cfg.decisions:
+            written = running & alu_out & ~self.abort
+            m.d.comb += [
+                self.flag_we.eq(written & writes_flag),
+                self.flag_sel.eq(flag_sel),
+                self.flag_value.eq(alu.o.payload.flag),
+                self.index_we.eq(written & is_op[MicroOp.VARGMAX]),
+                self.index_sel.eq(vargmax.index),
+                self.index_value.eq(alu.o.payload.index),
+            ]
 
         # -- completion -----------------------------------------------------------------
         drained = Signal()
@@ -906,11 +915,13 @@ class ComputeUnit(wiring.Component):
         pa = p.args
 
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [sig.eq(p.op == o) for o, sig in is_op.items()]
+            m.d.sync += [sig.eq(p.op == o) for o, sig in decoded.items()]
             m.d.sync += vec_op.eq(0)
             for o, v in ((MicroOp.VADD, VectorOp.VADD), (MicroOp.VPOOL, VectorOp.VPOOL),
                          (MicroOp.VCLAMP, VectorOp.VCLAMP), (MicroOp.VCMP, VectorOp.VCMP),
                          (MicroOp.VARGMAX, VectorOp.VARGMAX)):
+                if o in absent:
+                    continue
                 with m.If(p.op == o):
                     m.d.sync += vec_op.eq(v)
             m.d.sync += [
@@ -921,9 +932,10 @@ class ComputeUnit(wiring.Component):
                 load.eq(0),
                 rows_phase.eq(0),
                 reads_b.eq((p.op == MicroOp.MATMUL) | (p.op == MicroOp.VADD)),
-                writes_flag.eq((p.op == MicroOp.VCMP) |
-                               ((p.op == MicroOp.VARGMAX) & pa.vargmax.test)),
-                flag_sel.eq(Mux(p.op == MicroOp.VARGMAX, pa.vargmax.flag, pa.vcmp.flag)),
+                *([writes_flag.eq((p.op == MicroOp.VCMP) |
+                                  ((p.op == MicroOp.VARGMAX) & pa.vargmax.test)),
+                   flag_sel.eq(Mux(p.op == MicroOp.VARGMAX, pa.vargmax.flag, pa.vcmp.flag))]
+                  if cfg.decisions else []),
                 rfault.eq(0),
                 w_count.eq(0),
                 w_stride.eq(1),
@@ -972,8 +984,11 @@ class ComputeUnit(wiring.Component):
                         total.eq(pa.vadd.n),
                     ]
                 with m.Case(MicroOp.VPOOL):
+                    runs = (pa.vpool.n != 0) & (pa.vpool.window != 0)
+                    if not cfg.pool_average:
+                        runs = runs & ~pa.vpool.average    # (not built: does nothing)
                     m.d.sync += [
-                        running.eq((pa.vpool.n != 0) & (pa.vpool.window != 0)),
+                        running.eq(runs),
                         total.eq(pa.vpool.n),
                         win_last.eq(pa.vpool.window - 1),
                         step_a.eq(pa.vpool.in_stride),
@@ -985,17 +1000,18 @@ class ComputeUnit(wiring.Component):
                         running.eq(pa.vclamp.n != 0),
                         total.eq(pa.vclamp.n),
                     ]
-                with m.Case(MicroOp.VCMP):
-                    m.d.sync += [
-                        running.eq(1),
-                        total.eq(p.steps),
-                    ]
-                with m.Case(MicroOp.VARGMAX):
-                    va = pa.vargmax
-                    m.d.sync += [
-                        running.eq(va.n != 0),
-                        total.eq(p.steps),
-                    ]
+                if cfg.decisions:       # (else they do not run: they do nothing)
+                    with m.Case(MicroOp.VCMP):
+                        m.d.sync += [
+                            running.eq(1),
+                            total.eq(p.steps),
+                        ]
+                    with m.Case(MicroOp.VARGMAX):
+                        va = pa.vargmax
+                        m.d.sync += [
+                            running.eq(va.n != 0),
+                            total.eq(p.steps),
+                        ]
                 with m.Case(MicroOp.VCFG):
                     value = pa.vcfg.value
                     with m.Switch(pa.vcfg.reg):

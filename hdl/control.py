@@ -190,9 +190,12 @@ class ControlUnit(wiring.Component):
     index_we : In(1)
     index_sel : In(2)
     index_value : In(16)
-        A vector instruction (VARGMAX) writes index register ``index_sel``.
+        A vector instruction (VARGMAX) writes index register ``index_sel``. These six
+        ports exist only on a tile with ``config.decisions``.
     flags : Out(FLAGS)
     index : Out(ArrayLayout(16, INDEX_REGS))
+        The flag and index registers (0 after reset; without ``config.decisions``
+        nothing writes them).
     speculating : Out(1)
         A speculative region is open (stores go to the staging buffer).
     plan_lock_all : Out(1)
@@ -251,8 +254,9 @@ class ControlUnit(wiring.Component):
             "dma_fault_addr": In(32), "dma_fault_part": In(4), "dma_abort": Out(1),
             **({"dma_word_in": In(1), "dma_word_out": In(1), "cycles": In(32)}
                if traced else {}),
-            "flag_we": In(1), "flag_sel": In(3), "flag_value": In(1),
-            "index_we": In(1), "index_sel": In(2), "index_value": In(16),
+            **({"flag_we": In(1), "flag_sel": In(3), "flag_value": In(1),
+                "index_we": In(1), "index_sel": In(2), "index_value": In(16)}
+               if config.decisions else {}),
             "flags": Out(FLAGS), "index": Out(data.ArrayLayout(16, INDEX_REGS)),
             "speculating": Out(1), "plan_lock_all": Out(1),
             **({"staging_publish": Out(1), "staging_discard": Out(1),
@@ -348,10 +352,11 @@ class ControlUnit(wiring.Component):
         ]
 
         # -- flags and index registers ----------------------------------------------------
-        with m.If(self.flag_we):
-            m.d.sync += self.flags.bit_select(self.flag_sel, 1).eq(self.flag_value)
-        with m.If(self.index_we):
-            m.d.sync += self.index[self.index_sel].eq(self.index_value)
+        if cfg.decisions:
+            with m.If(self.flag_we):
+                m.d.sync += self.flags.bit_select(self.flag_sel, 1).eq(self.flag_value)
+            with m.If(self.index_we):
+                m.d.sync += self.index[self.index_sel].eq(self.index_value)
 
         # -- fault entry ------------------------------------------------------------
         # A fault is decided (`fault`) apart from what it records (its cause, an
@@ -1064,9 +1069,12 @@ class ControlUnit(wiring.Component):
         # misses.)
         if speculates:
             with m.If(self.speculating):
-                with m.If(self.flag_we & (self.flag_sel == guard_flag) &
-                          (self.flag_value != guard_value)):
-                    m.d.comb += miss.eq(1)
+                # (Without decisions the flags never change: the guard, tested at
+                # ASSUME, holds until COMMIT.)
+                if cfg.decisions:
+                    with m.If(self.flag_we & (self.flag_sel == guard_flag) &
+                              (self.flag_value != guard_value)):
+                        m.d.comb += miss.eq(1)
                 with m.If(self.staging_overflow):
                     m.d.comb += miss.eq(1)
                 # A fault the guess may have caused rolls back instead of stopping the tile

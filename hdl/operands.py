@@ -74,7 +74,9 @@ class OperandCheck(wiring.Component):
         An operand of the instruction is out of its range
         (VPOOL ``window`` 0; VARGMAX ``n`` 0, ``lane`` >= ``word_bytes`` with ``column``
         or not 0 without it, ``flag`` or ``expect`` not 0 without ``test``; VCFG of a
-        register that does not exist); ``ends`` and ``used`` are then meaningless.
+        register that does not exist), or the instruction is not built (VCMP and
+        VARGMAX without ``config.decisions``, VPOOL with ``average`` without
+        ``config.pool_average``); ``ends`` and ``used`` are then meaningless.
     used : Out(MAX_OPERANDS)
     ends : Out(ArrayLayout(32, MAX_OPERANDS))
         The largest partition offset each operand of the instruction touches.
@@ -188,23 +190,31 @@ class OperandCheck(wiring.Component):
                       n=va.n)
             with m.Case(MicroOp.VPOOL):
                 vp = a.vpool
-                m.d.sync += illegal.eq(vp.window == 0)
+                pool_illegal = vp.window == 0
+                if not cfg.pool_average:
+                    pool_illegal = pool_illegal | vp.average    # not built
+                m.d.sync += illegal.eq(pool_illegal)
                 m.d.comb += [count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
                              count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride)]
                 spans((vp.in_addr, both), (vp.out_addr, vp.n - 1), n=vp.n)
             with m.Case(MicroOp.VCLAMP):
                 vc = a.vclamp
                 spans((vc.in_addr, vc.n - 1), (vc.out_addr, vc.n - 1), n=vc.n)
-            with m.Case(MicroOp.VCMP):
-                lane_bits = (W - 1).bit_length()
-                spans((a.vcmp.addr, a.vcmp.lane >> lane_bits))
-            with m.Case(MicroOp.VARGMAX):
-                va = a.vargmax
-                lane_bits = (W - 1).bit_length()
-                m.d.sync += illegal.eq(
-                    (va.n == 0) | Mux(va.column, va.lane >= W, va.lane != 0) |
-                    (~va.test & ((va.flag != 0) | (va.expect != 0))))
-                spans((va.addr, Mux(va.column, va.n - 1, (va.n - 1) >> lane_bits)))
+            if not cfg.decisions:
+                # Not built (TileConfig.decisions): illegal, whatever the operands.
+                with m.Case(MicroOp.VCMP, MicroOp.VARGMAX):
+                    m.d.sync += illegal.eq(1)
+            else:
+                with m.Case(MicroOp.VCMP):
+                    lane_bits = (W - 1).bit_length()
+                    spans((a.vcmp.addr, a.vcmp.lane >> lane_bits))
+                with m.Case(MicroOp.VARGMAX):
+                    va = a.vargmax
+                    lane_bits = (W - 1).bit_length()
+                    m.d.sync += illegal.eq(
+                        (va.n == 0) | Mux(va.column, va.lane >= W, va.lane != 0) |
+                        (~va.test & ((va.flag != 0) | (va.expect != 0))))
+                    spans((va.addr, Mux(va.column, va.n - 1, (va.n - 1) >> lane_bits)))
             with m.Case(MicroOp.VCFG):
                 m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
                                        max(r.value for r in VectorCfg))

@@ -136,8 +136,11 @@ def tile_memory_map(config):
             Field("rows", 8, R, doc="MAC array rows."),
             Field("cols", 8, R, doc="MAC array columns."),
             Field("word_bytes", 8, R, doc="Bytes per scratchpad/DMA/GMEM word."),
-            Field("vector_lanes", 8, R, doc="Lanes the vector unit scales per cycle "
+            Field("vector_lanes", 7, R, doc="Lanes the vector unit scales per cycle "
                   "(0, from tiles before register map 0.2: word_bytes)."),
+            Field("no_pool_average", 1, R, doc="VPOOL does not average: a VPOOL with "
+                  "average is ILLEGAL_MICRO (TileConfig.pool_average False; tiles before "
+                  "it read 0 and average)."),
         ], "Compute array configuration."), 0x008, group="identity")
     reg(Register("HWCFG_SPAD", [
             Field("bank_words", 16, R, doc="Words per scratchpad bank."),
@@ -161,6 +164,9 @@ def tile_memory_map(config):
                   "(tiles before register map 0.3 have them and read 0)."),
             Field("compact", 1, R, doc="The units are built for area, with cycle counts "
                   "of their own (TileConfig.compact; tiles before it read 0 and are not)."),
+            Field("no_decisions", 1, R, doc="VCMP and VARGMAX are not built: they are "
+                  "ILLEGAL_MICRO, and the flags and index registers stay 0 "
+                  "(TileConfig.decisions False; tiles before it read 0 and have them)."),
         ], "Control configuration."), 0x010, group="identity")
     reg(Register("HWCFG_GMEM", [Field("bytes", 24, R, doc="GMEM size in bytes.")],
                  "Global memory configuration."), 0x014, group="identity")
@@ -316,7 +322,8 @@ def hwcfg_values(config):
         "ID": pack("ID", magic=MAGIC),
         "VERSION": pack("VERSION", major=VERSION[0], minor=VERSION[1], patch=VERSION[2]),
         "HWCFG_ARRAY": pack("HWCFG_ARRAY", rows=config.rows, cols=config.cols,
-                            word_bytes=config.word_bytes, vector_lanes=config.scaler_lanes),
+                            word_bytes=config.word_bytes, vector_lanes=config.scaler_lanes,
+                            no_pool_average=int(not config.pool_average)),
         "HWCFG_SPAD": pack("HWCFG_SPAD", bank_words=config.spad_bank_words,
                            banks=config.spad_banks, partitions=config.partitions),
         "HWCFG_CTRL": pack("HWCFG_CTRL", kernel_slots=config.kernel_slots,
@@ -329,7 +336,8 @@ def hwcfg_values(config):
                            dma_queue_log2=_log2(config.dma_queue),
                            branch_counters=int(config.branch_counters),
                            bank_counters=int(config.bank_counters),
-                           compact=int(config.compact)),
+                           compact=int(config.compact),
+                           no_decisions=int(not config.decisions)),
         "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes),
     }
 
@@ -371,5 +379,7 @@ def config_from_hwcfg(values):
         branch_counters=before_0_3 or bool(int(ctrl.branch_counters)),
         bank_counters=before_0_3 or bool(int(ctrl.bank_counters)),
         compact=bool(int(ctrl.compact)),
+        decisions=not int(ctrl.no_decisions),
+        pool_average=not int(array.no_pool_average),
         gmem_bytes=int(gmem.bytes),
     )

@@ -142,6 +142,37 @@ def _row_held(m, rq, group, tail):
     return row_next
 
 
+def _decision(m, valid, pay, is_vcmp, is_vargmax, lanes):
+    """VCMP's and VARGMAX's part of the unit: their flag (a wire, in cycle 2) and
+    VARGMAX's index register, from the word ``pay`` as it is presented (``valid``).
+
+    Lanes above ``lane`` of the last word are ignored, and all lanes but ``lane`` for
+    the operations that look at that lane alone (VCMP without ``reduce``, VARGMAX with
+    ``column``); masked lanes are -128 and never win. The word's maximum and its lane,
+    from the lane tree as it comes, merge with the best so far in cycle 1; VCMP's
+    comparison and VARGMAX's test are made in cycle 2, into the output register."""
+    a = [pay.a[j] for j in range(lanes)]
+    one_lane = (is_vcmp & ~pay.reduce) | (is_vargmax & pay.column)
+    masked = [Mux(Mux(one_lane, j != pay.lane, pay.last & (j > pay.lane)), -128, a[j])
+              for j in range(lanes)]
+    word_max, word_arg, _ = _argmax(m, [_wire(m, x, f"masked{j}")
+                                        for j, x in enumerate(masked)],
+                                    0, "word")
+    cmp_max = Signal(signed(8), name="cmp_max")
+    with m.If(valid & is_vcmp):
+        m.d.sync += cmp_max.eq(Mux(pay.first, word_max,
+                                   _max(m, cmp_max, word_max, "cmp_merged_max")))
+    best_index = _argmax_merge(m, valid & is_vargmax, pay.first, pay.column, word_max,
+                               word_arg, lanes)
+    s1_vargmax = _register(m, is_vargmax, "s1_vargmax")
+    s1_cmp = _register(m, pay.cmp, "s1_cmp")
+    s1_imm = _register(m, pay.imm, "s1_imm")
+    s1_expect = _register(m, pay.expect, "s1_expect")
+    flag = _flag(m, s1_vargmax, s1_cmp, s1_imm, s1_expect, cmp_max, best_index,
+                 domain="comb")
+    return flag, best_index
+
+
 class CompactVectorAlu(VectorAlu):
     """:class:`~fusetile.hdl.vector.VectorAlu` built for area: the same operations and
     ports, in ``LATENCY`` = 6 cycles for a scaled word (VADD, an average VPOOL's
@@ -181,6 +212,7 @@ class CompactVectorAlu(VectorAlu):
 
     def elaborate(self, platform):
         lanes, half, group, tail = self._sizes()
+        cfg = self.config
         m = Module()
 
         m.d.comb += [self.i.ready.eq(1), self.rq.ready.eq(1)]
@@ -189,21 +221,29 @@ class CompactVectorAlu(VectorAlu):
         valid, pay, regs = self.i.valid, self.i.payload, self.regs
         op = pay.op
         a = [pay.a[j] for j in range(lanes)]
-        is_vpool, is_vcmp, is_vargmax = (op == VectorOp.VPOOL, op == VectorOp.VCMP,
-                                         op == VectorOp.VARGMAX)
-        scaled_op = (op == VectorOp.VADD) | (is_vpool & pay.average)
-        scaled_in = valid & ((op == VectorOp.VADD) | (is_vpool & pay.average & pay.last))
+        # The operations the tile does not build (TileConfig.decisions, pool_average)
+        # never come: their logic is left out.
+        is_vpool = op == VectorOp.VPOOL
+        is_vcmp, is_vargmax = ((op == VectorOp.VCMP, op == VectorOp.VARGMAX) if cfg.decisions
+                               else (Const(0), Const(0)))
+        average = pay.average if cfg.pool_average else Const(0)
+        scaled_op = (op == VectorOp.VADD) | (is_vpool & average)
+        scaled_in = valid & ((op == VectorOp.VADD) | (is_vpool & average & pay.last))
         reduction = is_vpool | is_vcmp | is_vargmax
+        # A scaled word is VADD's or, where VPOOL averages, an average's sums.
+        sums = is_vpool if cfg.pool_average else Const(0)
         # A word that gives a result (VADD, VCLAMP, a reduction's last), scaled or not.
         gives = valid & (~reduction | pay.last)
         s1_scaled_valid = _register(m, gives & scaled_op, "s1_scaled_valid", reset_less=False)
         s1_unscaled_valid = _register(m, gives & ~scaled_op, "s1_unscaled_valid",
                                       reset_less=False)
 
-        # VPOOL: one accumulator per output lane, the sum of (x - ZP_A) or the maximum.
-        # A lane takes a pair (its lanes 2j and 2j + 1) or its own lane. A maximum is
-        # an int8 (the first word's, then the larger), so it is compared on 8 bits.
-        pool = Signal(data.ArrayLayout(signed(16), lanes), name="pool")
+        # VPOOL: one accumulator per output lane, the sum of (x - ZP_A) or the maximum
+        # (the maximum alone without `pool_average`). A lane takes a pair (its lanes
+        # 2j and 2j + 1) or its own lane. A maximum is an int8 (the first word's, then
+        # the larger), so it is compared on 8 bits.
+        pool = Signal(data.ArrayLayout(signed(16 if cfg.pool_average else 8), lanes),
+                      name="pool")
         pooled = []
         for j in range(lanes):
             if j < half:
@@ -214,11 +254,12 @@ class CompactVectorAlu(VectorAlu):
                 most = Mux(pay.pairs, Mux(below(left, right), right, left), a[j])
             else:
                 u, v, zp_x, most = a[j], 0, regs.zp_a, a[j]
-            total = Mux(pay.first, 0, pool[j]) + (u + v - zp_x)
+            if cfg.pool_average:
+                total = Mux(pay.first, 0, pool[j]) + (u + v - zp_x)
             pool_max = pool[j][:8].as_signed()
             biggest = Mux(pay.first | below(pool_max, most), most, pool_max)
-            pooled.append(_wire(m, Mux(pay.average, total, biggest)[:16].as_signed(),
-                                f"pooled{j}"))
+            pooled.append(_wire(m, Mux(pay.average, total, biggest)[:16].as_signed()
+                                if cfg.pool_average else biggest, f"pooled{j}"))
         with m.If(valid & is_vpool):
             m.d.sync += pool.eq(Cat(*pooled))
 
@@ -239,13 +280,16 @@ class CompactVectorAlu(VectorAlu):
         # more than one pass they stay for its passes, shifting down a group per cycle.
         # The registers that scale them are read in every pass: they hold still under
         # a command (the compute unit's VCFG registers), so they need no copy.
-        opa = Signal(data.ArrayLayout(signed(16), lanes), name="opa")
+        # (VADD's `a - ZP_A` is 9 bits, an average's sum 16.)
+        opa = Signal(data.ArrayLayout(signed(16 if cfg.pool_average else 9), lanes),
+                     name="opa")
         opb = Signal(data.ArrayLayout(signed(9), lanes), name="opb")
         if tail:
             # With more than one pass the word's lanes wait as they came (VADD's a and
             # b, or the sums), and the zero points are subtracted from the group the
             # multipliers take: a subtraction per lane multiplier rather than per lane.
-            raw_a = Signal(data.ArrayLayout(signed(16), lanes), name="raw_a")
+            raw_a = Signal(data.ArrayLayout(signed(16 if cfg.pool_average else 8), lanes),
+                           name="raw_a")
             raw_b = Signal(data.ArrayLayout(signed(8), lanes), name="raw_b")
             vadd = Signal(name="raw_vadd")      # they are VADD's: subtract the zero points
             rest = [Signal(value.shape(), name=f"{name}_rest", reset_less=True)
@@ -255,7 +299,7 @@ class CompactVectorAlu(VectorAlu):
                          raw_b.eq(_next_group(rest[1], group)),
                          vadd.eq(rest[2])]
             with m.If(scaled_in):
-                with m.If(is_vpool):
+                with m.If(sums):
                     m.d.comb += [*(raw_a[j].eq(pooled[j]) for j in range(lanes)),
                                  raw_b.eq(0), vadd.eq(0)]
                 with m.Else():
@@ -267,40 +311,19 @@ class CompactVectorAlu(VectorAlu):
                          *(opb[j].eq(raw_b[j] - zp_b) for j in range(group))]
         else:
             with m.If(scaled_in):
-                with m.If(is_vpool):
+                with m.If(sums):
                     m.d.comb += [opa[j].eq(pooled[j]) for j in range(lanes)]
                     m.d.comb += opb.eq(0)
                 with m.Else():
                     m.d.comb += [opa[j].eq(a[j] - regs.zp_a) for j in range(lanes)]
                     m.d.comb += [opb[j].eq(pay.b[j] - regs.zp_b) for j in range(lanes)]
 
-        # VCMP, VARGMAX: lanes above `lane` of the last word are ignored, and all
-        # lanes but `lane` for the operations that look at that lane alone (VCMP
-        # without `reduce`, VARGMAX with `column`); masked lanes are -128 and never
-        # win. The word's maximum and its lane, from the lane tree as it comes, merge
-        # with the best so far.
-        one_lane = (is_vcmp & ~pay.reduce) | (is_vargmax & pay.column)
-        masked = [Mux(Mux(one_lane, j != pay.lane, pay.last & (j > pay.lane)), -128, a[j])
-                  for j in range(lanes)]
-        word_max, word_arg, _ = _argmax(m, [_wire(m, x, f"masked{j}")
-                                            for j, x in enumerate(masked)],
-                                        0, "word")
-        cmp_max = Signal(signed(8), name="cmp_max")
-        with m.If(valid & is_vcmp):
-            m.d.sync += cmp_max.eq(Mux(pay.first, word_max,
-                                       _max(m, cmp_max, word_max, "cmp_merged_max")))
-        best_index = _argmax_merge(m, valid & is_vargmax, pay.first, pay.column, word_max,
-                                   word_arg, lanes)
         s1_op = _register(m, op, "s1_op")
         s1_pairs = _register(m, pay.pairs, "s1_pairs")
-        s1_vargmax = _register(m, is_vargmax, "s1_vargmax")
-        s1_cmp = _register(m, pay.cmp, "s1_cmp")
-        s1_imm = _register(m, pay.imm, "s1_imm")
-        s1_expect = _register(m, pay.expect, "s1_expect")
-
-        # -- cycle 2: VCMP's comparison and VARGMAX's test, into the output register ----
-        flag = _flag(m, s1_vargmax, s1_cmp, s1_imm, s1_expect, cmp_max, best_index,
-                     domain="comb")
+        if cfg.decisions:
+            flag, best_index = _decision(m, valid, pay, is_vcmp, is_vargmax, lanes)
+        else:
+            flag, best_index = Const(0), Const(0, 16)   # VCMP and VARGMAX: not built
 
         # -- cycles 1 to 5: the scaling ----------------------------------------------------
         # (opa * MULT_A + opb * MULT_B) of a word, or acc * mult of a row as it comes

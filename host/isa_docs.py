@@ -236,7 +236,9 @@ are published (the fault is outside the kernel).
   does nothing.
 
 Flags and index registers are the only state a plan branches on; kernels compute them
-(`vcmp`, `vargmax`).
+(`vcmp`, `vargmax`). A tile may be built without those two (`HWCFG_CTRL.no_decisions`,
+`TileConfig.decisions` False: the iCEBreaker's): they are then illegal
+(`ILLEGAL_MICRO`), and the flags and index registers stay 0.
 
 A kernel is straight-line code: micro-instructions run in order until `ret`. DMA
 instructions are queued to the DMA engine (in order, several may be queued) and the
@@ -447,7 +449,10 @@ def markdown():
       "out of its range (a reserved `gmem` base, `vpool` with `window` 0, `vargmax` "
       "with `n` 0, with `column` and a `lane` of `word_bytes` or more, with a `lane` but "
       "no `column`, or with a `flag` or `expect` but no `test`, `vcfg` of a register "
-      "that does not exist).")
+      "that does not exist), or an instruction the tile does not build: `vcmp` and "
+      "`vargmax` on a tile without them (`HWCFG_CTRL.no_decisions`), `vpool` with "
+      "`average` on a tile whose VPOOL takes maxima only "
+      "(`HWCFG_ARRAY.no_pool_average`).")
     w("")
     w("**Compute faults are precise.** The operands of a compute instruction are "
       "affine streams of scratchpad offsets, so the control unit knows before it issues "

@@ -1157,9 +1157,12 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
         raise TypeError(f"config must be a TileConfig, not {config!r}")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    flow_lanes = 1 if any(isinstance(op, Select) for op in graph.ops) else None
+    sel = next((op for op in graph.ops if isinstance(op, Select)), None)
+    flow_lanes = 1 if sel else None
+    if sel and not config.decisions:
+        raise CompileError(sel.name, "Select", "a data-dependent choice is made by VCMP or "
+                           "VARGMAX, which this tile does not build (TileConfig.decisions)")
     if flow_lanes and lanes not in (None, 1):
-        sel = next(op for op in graph.ops if isinstance(op, Select))
         raise CompileError(sel.name, "Select", "a data-dependent choice is made once per "
                            "run, so a run carries one sample: lanes must be 1")
     lanes = lanes or flow_lanes or min(config.rows, config.cols, config.word_bytes)

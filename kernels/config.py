@@ -97,6 +97,20 @@ class TileConfig:
         Whether per-bank scratchpad counters (reads, writes) are built. Each of these
         three sets of counters is left out on the small boards; the host reads from
         HWCFG which the tile has.
+    decisions : bool
+        Whether VCMP and VARGMAX are built: the instructions that set the flags and
+        index registers a plan branches on (BRANCH, SWITCH, ASSUME). Without them
+        both are ILLEGAL_MICRO, the flags and index registers stay 0, and the
+        compiler refuses a data-dependent network (its Select). The iCEBreaker's
+        choice (about 500 of its LUTs): the shipped data-dependent workloads need 11
+        and 21 kernel slots, and it has 4. (The units leave out what serves only the
+        instructions not built; of the vector units, the one built for area.)
+    pool_average : bool
+        Whether VPOOL averages (``average``), its sums scaled by the lane
+        multipliers; without it a VPOOL with ``average`` is ILLEGAL_MICRO and VPOOL
+        takes maxima only. The compiler never asks for it (an AvgPool is a
+        convolution, exact in ACC), and on the iCEBreaker it was about 450 LUTs:
+        the sums widened the multipliers' operands.
     vector_lanes : int or None
         Lanes the vector unit scales per cycle: its lane multipliers and requantiser
         (a power of two, at most ``word_bytes``). ``None`` (and ``word_bytes``, which
@@ -144,9 +158,12 @@ class TileConfig:
     branch_counters: bool = True
     bank_counters: bool = True
     compact: bool = False
+    decisions: bool = True
+    pool_average: bool = True
 
     # Parts that are built or not, and how.
-    _SWITCHES = ("slot_counters", "branch_counters", "bank_counters", "compact")
+    _SWITCHES = ("slot_counters", "branch_counters", "bank_counters", "compact",
+                 "decisions", "pool_average")
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {

@@ -38,14 +38,21 @@ def illegal_operands(op, f, config=None):
     illegal for compute micro-instruction ``op``: VPOOL with ``window`` 0; VARGMAX with
     ``n`` 0, with ``column`` and a ``lane`` of ``config.word_bytes`` or more, without
     ``column`` and a ``lane`` other than 0, or without ``test`` and a ``flag`` or
-    ``expect`` other than 0; VCFG of a register that does not exist.
+    ``expect`` other than 0; VCFG of a register that does not exist. On a tile without
+    :attr:`~fusetile.kernels.config.TileConfig.decisions` every VCMP and VARGMAX, and
+    without :attr:`~fusetile.kernels.config.TileConfig.pool_average` a VPOOL with
+    ``average``.
 
     ``config`` (a :class:`~fusetile.kernels.config.TileConfig`; ``None``: the default
-    configuration) gives the word size VARGMAX's ``lane`` is checked against."""
+    configuration) gives the word size VARGMAX's ``lane`` is checked against, and what
+    the tile has built."""
+    config = TileConfig() if config is None else config
+    if op in (MicroOp.VCMP, MicroOp.VARGMAX) and not config.decisions:
+        return True
     if op == MicroOp.VPOOL:
-        return f["window"] == 0
+        return f["window"] == 0 or (f["average"] != 0 and not config.pool_average)
     if op == MicroOp.VARGMAX:
-        word_bytes = (TileConfig() if config is None else config).word_bytes
+        word_bytes = config.word_bytes
         lane_bad = f["lane"] >= word_bytes if f["column"] else f["lane"] != 0
         untested = not f["test"] and (f["flag"] != 0 or f["expect"] != 0)
         return f["n"] == 0 or lane_bad or untested

@@ -302,8 +302,10 @@ class _KernelBuilder:
         out = self._place(max(n, 1), reads)
         if out is None:
             return
+        # (An average only where VPOOL averages: TileConfig.pool_average.)
+        average = rng.random() < 0.5 and self.cfg.pool_average
         self._compute(vpool(src=src, out=out, n=n, window=window, stride=stride, step=step,
-                            average=rng.random() < 0.5, pairs=rng.random() < 0.4),
+                            average=average, pairs=rng.random() < 0.4),
                       reads if n else set(), _words(out, n))
 
     def vcmp(self, flag=None):
@@ -394,7 +396,9 @@ class _KernelBuilder:
            ("vargmax", 5), ("vcfg", 10), ("nop", 2))
 
     def random_op(self):
-        names, weights = zip(*self.OPS)
+        # (VCMP and VARGMAX only where they are built: TileConfig.decisions.)
+        names, weights = zip(*(op for op in self.OPS
+                               if self.cfg.decisions or op[0] not in ("vcmp", "vargmax")))
         name = self.rng.choices(names, weights)[0]
         if name == "store":
             self.dma(store=True)
@@ -664,8 +668,9 @@ def _prologue(config):
     body += [vcfg(VectorCfg.LO, -128), vcfg(VectorCfg.HI, 127)]
     zeros = SPAN_WORDS - bias
     body += [vclamp(src=0, out=zeros, n=bias, lo=0, hi=0), acc_bias(zeros)]
-    body += [vcmp(addr=0, lane=0, op="LT", imm=-128, flag=f) for f in range(FLAGS)]
-    body += [vargmax(addr=0, n=1, index=x) for x in range(INDEX_REGS)]
+    if config.decisions:        # (else nothing writes them: they stay 0)
+        body += [vcmp(addr=0, lane=0, op="LT", imm=-128, flag=f) for f in range(FLAGS)]
+        body += [vargmax(addr=0, n=1, index=x) for x in range(INDEX_REGS)]
     # Restore the words the zeros went to (the program sees GMEM's image).
     body += [wait(compute=True), dma_load(gmem=zeros, spad=zeros, cols=bias), ret()]
     return body

@@ -19,7 +19,7 @@ from fusetile.kernels import arith
 from fusetile.kernels.isa import FaultCause, GmemBase, PlanOp, PlanInstr, CmpOp, VectorCfg
 from fusetile.kernels.program import (call, done, mark, nop, ret, wait, dma_load, dma_store,
                                       jump, branch, switch, assume, commit, matmul, acc_bias,
-                                      micro_nop, requant, vcfg, vcmp, vargmax)
+                                      micro_nop, requant, vcfg, vcmp, vargmax, vpool)
 
 
 __all__ = ["SCENARIOS"]
@@ -606,18 +606,37 @@ def matmul_requant(dev):
 
 
 def vector_flags_steer_the_plan(dev):
-    """VCMP sets a flag that BRANCH tests; VARGMAX sets an index that SWITCH uses."""
+    """VCMP sets a flag that BRANCH tests; VARGMAX sets an index that SWITCH uses. On a
+    tile without them (``TileConfig.decisions`` False) each is an illegal
+    micro-instruction that writes nothing, and the flags and index registers stay 0;
+    without ``pool_average`` so is an averaging VPOOL."""
     wb = dev.config.word_bytes
     lanes = np.array([3, -7, 25, 25, 9, -128, 0, 1] * (wb // 8), dtype=np.int8)
     dev.write_window("GMEM", 0, lanes.tobytes())
     dev.set_partition(0, base=0, length=4)
-    dev.load_kernel(0, [
-        dma_load(gmem=0, spad=0), wait(),
+    decisions = [
         vcmp(addr=0, lane=7, op=CmpOp.GE, imm=20, flag=3, reduce=True),   # max 25 >= 20
         vcmp(addr=0, lane=1, op=CmpOp.LT, imm=-8, flag=4),                # -7 < -8: no
         vargmax(addr=0, n=8, index=1),                                    # lanes 2, 3: 2
-        ret(),
-    ], part=0)
+    ]
+    average = vpool(src=0, out=1, n=1, window=1, stride=1, step=1, average=True)
+    if not dev.config.pool_average:
+        dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), average, ret()], part=0)
+        err = _fault(dev, [call(0), done()])
+        assert err.cause == FaultCause.ILLEGAL_MICRO and err.micro_pc == 2, err
+        assert err.addr == average & 0xFFFF_FFFF
+        dev.clear_fault()
+    if not dev.config.decisions:
+        for k, instr in enumerate(decisions):
+            dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), instr, ret()], part=0)
+            err = _fault(dev, [call(0), done()])
+            assert err.cause == FaultCause.ILLEGAL_MICRO and err.micro_pc == 2, (k, err)
+            assert err.addr == instr & 0xFFFF_FFFF
+            dev.clear_fault()
+        assert int(dev.regs.FLAGS.read().flags) == 0
+        assert all(int(dev.regs[f"INDEX[{i}]"].read().value) == 0 for i in range(4))
+        return
+    dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), *decisions, ret()], part=0)
     _run(dev, [
         call(0),
         branch(4, 6),                      # F4 = 0: not taken

@@ -14,7 +14,7 @@ from fusetile.host.cache import KernelCache
 from fusetile.host.device import Device
 from fusetile.host.fusion import FusionEngine
 from fusetile.host.profiler import Profiler, Run
-from fusetile.kernels.compiler import CompileError, compile_graph, static_groups
+from fusetile.kernels.compiler import POLICIES, CompileError, compile_graph, static_groups
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.graph import run_reference
 
@@ -386,6 +386,19 @@ def test_a_tile_without_speculation_runs_the_choice_unspeculated():
                                            "speculation"):
         compile_graph(graph, config, speculate=0)
     compile_graph(graph, TileConfig(), speculate=0)
+
+
+def test_a_tile_without_decisions_refuses_a_data_dependent_network():
+    """On a tile without VCMP and VARGMAX (decisions False) the compiler refuses the
+    early-exit network under every policy, speculated or not, naming its Select."""
+    graph = _workload("exit")
+    config = TileConfig(decisions=False)
+    message = ("node 'exit_where' \\(Select\\): a data-dependent choice is made by VCMP or "
+               "VARGMAX, which this tile does not build")
+    for kwargs in [{"policy": p} for p in POLICIES] + [{"speculate": 0}]:
+        with pytest.raises(CompileError, match=message):
+            compile_graph(graph, config, **kwargs)
+    compile_graph(graph, TileConfig())
 
 
 def test_a_tile_without_a_trace_keeps_the_first_plan(cnn):

@@ -1,6 +1,8 @@
 """The ISA benchmark: tiled matmuls, checked against NumPy, utilisation from counters;
 the workloads suite on a configuration some workloads do not fit."""
 
+from dataclasses import replace
+
 import pytest
 
 from fusetile.hdl.board import BOARDS
@@ -47,11 +49,16 @@ def test_problem_checks():
         tiled_matmul(cfg, MatmulProblem(m=64, n=8, k=1024))
 
 
-def test_workloads_that_do_not_fit_are_skipped_with_their_reason():
-    """On the iCEBreaker's configuration (4 kernel slots) a data-dependent network's
-    plan does not fit: the suite leaves it out, saying why, and runs the others; asked
-    with no list to report it in (one workload, as the digits demo asks), it raises."""
-    config = BOARDS["icebreaker"].config
+@pytest.mark.parametrize("decisions, reason", [
+    (False, "which this tile does not build"),
+    (True, "the tile has 4 slots"),
+], ids=["icebreaker", "with-decisions"])
+def test_workloads_that_do_not_fit_are_skipped_with_their_reason(decisions, reason):
+    """On the iCEBreaker's configuration a data-dependent network does not compile: the
+    tile builds no VCMP or VARGMAX, and with them its plan would not fit in 4 kernel
+    slots. The suite leaves it out, saying why, and runs the others; asked with no
+    list to report it in (one workload, as the digits demo asks), it raises."""
+    config = replace(BOARDS["icebreaker"].config, decisions=decisions)
     with open_transport("model", config=config) as transport:
         dev = Device(transport)
         skipped = []
@@ -61,6 +68,6 @@ def test_workloads_that_do_not_fit_are_skipped_with_their_reason():
             ("mlp", "none"), ("mlp", "static"), ("mlp", "adaptive")]
         assert all(r["output_mismatches"] == 0 for r in results)
         assert [s["workload"] for s in skipped] == ["exit"]
-        assert "the tile has 4 slots" in skipped[0]["reason"]
+        assert reason in skipped[0]["reason"]
         with pytest.raises(CompileError, match="node 'exit_where' \\(Select\\)"):
             workload_suite(dev, names=("exit",), samples=2, target="model")

@@ -190,6 +190,22 @@ def test_a_tile_without_speculation():
         TileConfig(staging_words=1)
 
 
+def test_a_tile_without_decisions_or_averages():
+    """decisions and pool_average False: HWCFG_CTRL's no_decisions and HWCFG_ARRAY's
+    no_pool_average read 1, and the profile reads back so; a tile that has them (every
+    tile before the fields) reads 0 in both."""
+    config = TileConfig(decisions=False, pool_average=False)
+    mm = tile_memory_map(config)
+    values = hwcfg_values(config)
+    assert mm["HWCFG_CTRL"].item.unpack(values["HWCFG_CTRL"]).no_decisions == 1
+    assert mm["HWCFG_ARRAY"].item.unpack(values["HWCFG_ARRAY"]).no_pool_average == 1
+    assert Device(FakeTile(config)).config == config
+    for one in ({"decisions": False}, {"pool_average": False}):
+        assert Device(FakeTile(TileConfig(**one))).config == TileConfig(**one)
+    values = hwcfg_values(TileConfig())
+    assert (values["HWCFG_CTRL"] >> 31, values["HWCFG_ARRAY"] >> 31) == (0, 0)
+
+
 def test_counter_sets_of_a_tile_before_register_map_0_3():
     """A tile before 0.3 reads 0 in HWCFG_CTRL's branch_counters and bank_counters
     bits, and has both sets of counters."""

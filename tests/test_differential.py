@@ -128,13 +128,16 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed, left_out):
     """The tile as the iCEBreaker builds it: the instruction stores read through the
     control unit's port only when it fetches (every way into a fetch must ask for
     the read), GMEM behind one port, a DMA queue of one command, the units built for
-    area and a vector unit that scales a word in passes; with no trace FIFO and no
-    speculation (the iCEBreaker's: ASSUME is illegal, and seed 33's three programs
-    stop with ILLEGAL_PLAN at their regions), and with both, the trace FIFO written a
-    quarter of a record per cycle (the traces compared too)."""
+    area and a vector unit that scales a word in passes; with no trace FIFO, no
+    speculation, no VCMP or VARGMAX and no averaging VPOOL (the iCEBreaker's: ASSUME is
+    illegal, and seed 33's three programs stop with ILLEGAL_PLAN at their regions; the
+    programs make no VCMP, VARGMAX or average but where a fault is meant), and with
+    all of them, the trace FIFO written a quarter of a record per cycle (the traces
+    compared too)."""
     config = replace(COMPACT, dma_queue=1, vector_lanes=2)
     if left_out:
-        config = replace(config, trace_depth=0, staging_words=0)
+        config = replace(config, trace_depth=0, staging_words=0, decisions=False,
+                         pool_average=False)
     top = CheckedTile(config, gmem_ports="single", store_ports="shared", trace_width=64)
     with open_transport("model", config=config) as model, \
             open_transport("amaranth", config=config, top=top) as rtl:

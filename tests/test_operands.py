@@ -3,6 +3,7 @@
 """The operand check: its gateware against :mod:`fusetile.kernels.operands`."""
 
 import random
+from dataclasses import replace
 
 import pytest
 from amaranth.sim import Simulator
@@ -58,6 +59,26 @@ def test_vargmax_illegal_operands():
     assert not illegal_operands(MicroOp.VARGMAX, raw(test=1, flag=7, expect=4095))
 
 
+def test_instructions_not_built_are_illegal():
+    """Without ``decisions`` every VCMP and VARGMAX is illegal, whatever its operands;
+    without ``pool_average`` a VPOOL that averages; the other operations are not."""
+    def fields(op, **args):
+        return decode_micro(MicroInstr.const({"op": op, "args": {
+            op.name.lower(): args}}).as_bits())[1]
+
+    lean = TileConfig(rows=2, cols=2, word_bytes=4, decisions=False, pool_average=False)
+    vcmp = fields(MicroOp.VCMP, lane=1)
+    vargmax = fields(MicroOp.VARGMAX, n=3)
+    average = fields(MicroOp.VPOOL, n=1, window=2, average=1)
+    maximum = fields(MicroOp.VPOOL, n=1, window=2)
+    for op, f in ((MicroOp.VCMP, vcmp), (MicroOp.VARGMAX, vargmax), (MicroOp.VPOOL, average)):
+        assert not illegal_operands(op, f, replace(lean, decisions=True, pool_average=True))
+        assert illegal_operands(op, f, lean), op
+    assert not illegal_operands(MicroOp.VPOOL, maximum, lean)
+    assert illegal_operands(MicroOp.VCMP, vcmp, replace(lean, pool_average=True))
+    assert not illegal_operands(MicroOp.VPOOL, average, replace(lean, pool_average=True))
+
+
 def _random_instructions(rng, count):
     """Compute micro-instructions with every field random: extremes, small values and
     the illegal operand values mixed in."""
@@ -73,8 +94,10 @@ def _random_instructions(rng, count):
 
 
 @pytest.mark.parametrize("config", [TileConfig(), TileConfig(rows=4, cols=4, word_bytes=4),
-                                    TileConfig(rows=2, cols=2, word_bytes=4, compact=True)],
-                         ids=["8x8", "4x4", "2x2-compact"])
+                                    TileConfig(rows=2, cols=2, word_bytes=4, compact=True),
+                                    TileConfig(rows=2, cols=2, word_bytes=4, compact=True,
+                                               decisions=False, pool_average=False)],
+                         ids=["8x8", "4x4", "2x2-compact", "2x2-left-out"])
 def test_gateware_matches_reference(config):
     """Legality, ends and which ends are outside the partition, the partition's limit
     often at an end or one either side of it (the comparison's edges)."""

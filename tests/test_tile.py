@@ -44,20 +44,22 @@ def test_compact_scenario(scenario):
         scenario(Device(transport))
 
 
-#: The scenarios that see a tile without a trace FIFO and without speculation (the
-#: iCEBreaker's): the TRACE registers' bus errors, the counters that go on without it
-#: (CYCLES among the others in the counters' RAM), the calls that push no record,
-#: ASSUME and COMMIT illegal, and the DMA's stores straight into GMEM.
+#: The scenarios that see a tile without a trace FIFO, speculation, VCMP and VARGMAX
+#: and an averaging VPOOL (the iCEBreaker's): the TRACE registers' bus errors, the
+#: counters that go on without it (CYCLES among the others in the counters' RAM), the
+#: calls that push no record, ASSUME and COMMIT illegal, the DMA's stores straight
+#: into GMEM, the instructions not built illegal and the flags and index registers 0.
 LEFT_OUT_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clear",
                       "trace_fifo", "matmul_requant", "branch_jump_switch",
-                      "speculation_hit_publishes")
+                      "speculation_hit_publishes", "vector_flags_steer_the_plan")
 
 
 @pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.__name__ in LEFT_OUT_SCENARIOS],
                          ids=lambda s: s.__name__)
-def test_scenario_without_trace_or_speculation(scenario, compact):
-    config = replace(CONFIG, trace_depth=0, staging_words=0, compact=compact)
+def test_scenario_with_parts_left_out(scenario, compact):
+    config = replace(CONFIG, trace_depth=0, staging_words=0, decisions=False,
+                     pool_average=False, compact=compact)
     with open_transport("amaranth", config=config) as transport:
         dev = Device(transport)
         assert dev.config == config and not dev.config.traced and not dev.config.speculates
