@@ -432,10 +432,11 @@ class ComputeUnit(wiring.Component):
         # the port is a register, with no adder or selection between it and the
         # scratchpad's arbitration. Built for area, the pointers (and every offset
         # and stride register below that one is set from) are only as wide as a
-        # scratchpad offset: the operand check has found every word the command uses inside the
-        # partition, and arithmetic modulo 2**n is exact below it (on the iCEBreaker's
-        # build, 150 logic cells of 17-bit registers and adders; docs/fpga-timing.md,
-        # step 63).
+        # scratchpad offset: the operand check has found every word the command uses
+        # inside the partition, and arithmetic modulo 2**n is exact below it (on the
+        # iCEBreaker's core, 157 LUT4, 49 carry cells and 72 flip-flops with the
+        # hierarchy kept, 55 logic cells in the flat build; docs/fpga-timing.md, step
+        # 63).
         addr_bits = max(1, (cfg.spad_words - 1).bit_length()) if cfg.compact else _ADDR_BITS
         stride_bits = min(16, addr_bits)
         ptr_a = Signal(addr_bits)

@@ -25,6 +25,11 @@ the scaling: they go to the output register in cycle 2, ``UNSCALED_LATENCY`` = 2
 cycles after their last word, whatever the passes. The golden model's cycles follow
 the configuration. Every stage past the first carries only what the later stages
 read: the scaling registers go along as far as each is needed.
+
+A tile without VCMP and VARGMAX (``TileConfig.decisions``) gets no lane tree, best so
+far or flag test; one whose VPOOL takes maxima only (``pool_average``) keeps them in
+8-bit accumulators, and its lane multipliers' scaled operand is VADD's 9-bit
+``a - ZP_A`` rather than a 16-bit sum.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
