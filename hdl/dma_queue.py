@@ -31,7 +31,9 @@ class DmaQueue(wiring.Component):
         ``dma_queue`` sets the depth. With 1 the queue is one register
         (:class:`~amaranth.lib.fifo.SyncFIFOBuffered`'s own case): a command is
         offered to the engine the cycle after its push, and the next push waits
-        until the engine has taken it.
+        until the engine has taken it. With 0 there is no queue, only the tokens: a
+        push is the engine's command, taken in its cycle when the engine is ready
+        (and not in a flush's), and waits otherwise.
 
     Attributes
     ----------
@@ -46,8 +48,8 @@ class DmaQueue(wiring.Component):
         Nothing queued, nothing in the engine.
     flush : In(1)
         Drop every queued command and forget the one in the engine (the engine is
-        aborted alongside). ``cmd.valid`` does not wait for it: the engine drops a
-        command it takes in a flush's cycle, being aborted.
+        aborted alongside). With a queue ``cmd.valid`` does not wait for it: the
+        engine drops a command it takes in a flush's cycle, being aborted.
     """
 
     def __init__(self, config):
@@ -66,24 +68,34 @@ class DmaQueue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth = self.config.dma_queue
-        width = QueuedDmaCommand.as_shape().size
-        fifo = SyncFIFOBuffered(width=width, depth=depth)
-        # The FIFO has no clear input: flushing resets it.
-        m.submodules.fifo = ResetInserter(self.flush)(fifo)
 
         counts = [Signal(range(depth + 2), name=f"tok{t}") for t in range(DMA_TOKENS)]
         in_engine = Signal()
         engine_token = Signal(range(DMA_TOKENS))
 
-        head = QueuedDmaCommand(fifo.r_data)
-        m.d.comb += [
-            fifo.w_data.eq(self.push.payload),
-            fifo.w_en.eq(self.push.valid & ~self.flush),
-            self.push.ready.eq(fifo.w_rdy & ~self.flush),
-            self.cmd.payload.eq(head.command),
-            self.cmd.valid.eq(fifo.r_rdy),
-            fifo.r_en.eq(self.cmd.ready),
-        ]
+        if depth:
+            width = QueuedDmaCommand.as_shape().size
+            fifo = SyncFIFOBuffered(width=width, depth=depth)
+            # The FIFO has no clear input: flushing resets it.
+            m.submodules.fifo = ResetInserter(self.flush)(fifo)
+            head = QueuedDmaCommand(fifo.r_data)
+            m.d.comb += [
+                fifo.w_data.eq(self.push.payload),
+                fifo.w_en.eq(self.push.valid & ~self.flush),
+                self.push.ready.eq(fifo.w_rdy & ~self.flush),
+                self.cmd.payload.eq(head.command),
+                self.cmd.valid.eq(fifo.r_rdy),
+                fifo.r_en.eq(self.cmd.ready),
+            ]
+        else:
+            # No queue: the push goes straight to the engine (whose `cmd.ready` is
+            # its idle, unfaulted registers), so pushed and issued are one.
+            head = self.push.payload
+            m.d.comb += [
+                self.push.ready.eq(self.cmd.ready & ~self.flush),
+                self.cmd.payload.eq(head.command),
+                self.cmd.valid.eq(self.push.valid & ~self.flush),
+            ]
         pushed = self.push.valid & self.push.ready
         issued = self.cmd.valid & self.cmd.ready
         completed = in_engine & ~self.engine_busy

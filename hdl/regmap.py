@@ -27,13 +27,15 @@ from .registers import Access, Field, Register, Counter, Window, MemoryMap
 __all__ = [
     "MAGIC", "VERSION", "CSR_BASE", "CSR_SPAN", "PLAN_BASE", "SLOT_BASE", "GMEM_BASE",
     "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "BANK_COUNTERS",
-    "PIPELINED_COUNTERS", "TRACE_WORDS",
+    "PIPELINED_COUNTERS", "TRACE_WORDS", "NO_DMA_QUEUE",
     "tile_memory_map", "bus_regions", "hwcfg_values", "config_from_hwcfg",
 ]
 
 
 MAGIC = 0x4654494C                 # "FTIL"
 VERSION = (0, 4, 0)                # (major, minor, patch) of the register map and ISA
+#: HWCFG_CTRL.dma_queue_log2 of a tile with no DMA queue (a depth is at most 2**4).
+NO_DMA_QUEUE = 7
 
 CSR_BASE  = 0x0000_0000
 CSR_SPAN  = 0x0000_1000
@@ -157,7 +159,8 @@ def tile_memory_map(config):
             Field("slot_counters", 1, R, doc="Per-slot counters are present."),
             Field("staging_words_log2", 4, R, doc="log2(speculation staging words); 0: "
                   "no speculation (ASSUME and COMMIT are illegal)."),
-            Field("dma_queue_log2", 3, R, doc="log2(DMA commands queued)."),
+            Field("dma_queue_log2", 3, R, doc="log2(DMA commands queued); 7: no queue "
+                  "(a DMA instruction waits for an idle engine)."),
             Field("branch_counters", 1, R, doc="Per-flag branch counters are present "
                   "(tiles before register map 0.3 have them and read 0)."),
             Field("bank_counters", 1, R, doc="Per-bank scratchpad counters are present "
@@ -333,7 +336,8 @@ def hwcfg_values(config):
                            slot_counters=int(config.slot_counters),
                            staging_words_log2=(_log2(config.staging_words)
                                                if config.speculates else 0),
-                           dma_queue_log2=_log2(config.dma_queue),
+                           dma_queue_log2=(_log2(config.dma_queue) if config.dma_queue
+                                           else NO_DMA_QUEUE),
                            branch_counters=int(config.branch_counters),
                            bank_counters=int(config.bank_counters),
                            compact=int(config.compact),
@@ -375,7 +379,8 @@ def config_from_hwcfg(values):
         slot_counters=bool(int(ctrl.slot_counters)),
         staging_words=(1 << int(ctrl.staging_words_log2)
                        if int(ctrl.staging_words_log2) else 0),
-        dma_queue=1 << int(ctrl.dma_queue_log2),
+        dma_queue=(0 if int(ctrl.dma_queue_log2) == NO_DMA_QUEUE
+                   else 1 << int(ctrl.dma_queue_log2)),
         branch_counters=before_0_3 or bool(int(ctrl.branch_counters)),
         bank_counters=before_0_3 or bool(int(ctrl.bank_counters)),
         compact=bool(int(ctrl.compact)),

@@ -31,7 +31,10 @@ DMA fault) match the RTL:
   the engine is then busy ``rows * cols + 1`` cycles (a store ``rows * cols + 2``),
   one word per cycle; the next command starts the cycle after; the sequencer runs on
   meanwhile and only waits at WAIT / RET (until the tagged commands have completed)
-  or when the queue is full;
+  or when the queue is full (with ``dma_queue`` 1, a command reaches the engine the
+  cycle after it enters the queue's one register; with 0 there is no queue: the
+  engine takes the command in the cycle it executes, and the micro-instruction
+  waits there while the engine is busy);
 * COMMIT's publication of staged stores takes 2 cycles per word.
 
 *Estimated* (the compute micro-instructions; the RTL's sequencing of the MAC array and
@@ -529,9 +532,18 @@ class TileModel:
 
     # -- the DMA queue and engine ---------------------------------------------------------
     def _queue_w_rdy(self):
+        if self.config.dma_queue == 0:
+            # No queue: the engine takes the command if it is idle and not faulted.
+            return not self._engine_busy(self.now) and self._engine_fault is None
         if self.config.dma_queue == 1:
             return self._out is None        # a single register, free once taken
         return len(self._inner) != self.config.dma_queue - 1
+
+    def _engine_busy(self, c):
+        """Whether the engine is busy in cycle ``c`` (a transfer's words, from the
+        cycle after the engine took it)."""
+        t = self._engine
+        return t is not None and t.x + 1 <= c <= t.end and not (t.rows == 0 or t.cols == 0)
 
     def _schedule(self, t, x):
         """The engine takes transfer ``t`` in cycle ``x``: find where it faults."""
@@ -634,8 +646,10 @@ class TileModel:
             return
         self._dma_words(c + 1, speculating)
         t = self._engine
-        busy = t is not None and t.x + 1 <= c <= t.end and not (t.rows == 0 or t.cols == 0)
+        busy = self._engine_busy(c)
         ready = not busy and self._engine_fault is None
+        if push is not None and self.config.dma_queue == 0:
+            self._out = push                # no queue: the engine takes it now
         issued = self._out is not None and ready
         completed = self._in_engine and not busy
         inner_read = bool(self._inner) and (self._out is None or issued)
@@ -655,7 +669,7 @@ class TileModel:
         if push is not None:
             if self.config.dma_queue == 1:
                 self._out = push            # the register, as it was empty
-            else:
+            elif self.config.dma_queue > 1:
                 self._inner.append(push)
             self._tokens[push.token] += 1
         # A transfer that faulted raises the engine's sticky fault after its last

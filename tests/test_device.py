@@ -206,6 +206,19 @@ def test_a_tile_without_decisions_or_averages():
     assert (values["HWCFG_CTRL"] >> 31, values["HWCFG_ARRAY"] >> 31) == (0, 0)
 
 
+def test_a_tile_without_a_dma_queue():
+    """dma_queue 0: HWCFG_CTRL's dma_queue_log2 reads NO_DMA_QUEUE (7, beyond any depth's
+    log2), and the profile reads back so; the depths read back as they are."""
+    mm = tile_memory_map(TileConfig())
+    for depth, log2 in ((0, regmap.NO_DMA_QUEUE), (1, 0), (16, 4)):
+        config = TileConfig(dma_queue=depth)
+        ctrl = mm["HWCFG_CTRL"].item.unpack(hwcfg_values(config)["HWCFG_CTRL"])
+        assert ctrl.dma_queue_log2 == log2
+        assert Device(FakeTile(config)).config == config
+    with pytest.raises(ValueError, match="dma_queue must be a power of two, not 3"):
+        TileConfig(dma_queue=3)
+
+
 def test_counter_sets_of_a_tile_before_register_map_0_3():
     """A tile before 0.3 reads 0 in HWCFG_CTRL's branch_counters and bank_counters
     bits, and has both sets of counters."""

@@ -128,8 +128,9 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed, left_out):
     """The tile as the iCEBreaker builds it: the instruction stores read through the
     control unit's port only when it fetches (every way into a fetch must ask for
     the read), GMEM behind one port, a DMA queue of one command, the units built for
-    area and a vector unit that scales a word in passes; with no trace FIFO, no
-    speculation, no VCMP or VARGMAX and no averaging VPOOL (the iCEBreaker's: ASSUME is
+    area and a vector unit that scales a word in passes; with no DMA queue, no trace
+    FIFO, no speculation, no VCMP or VARGMAX and no averaging VPOOL (the iCEBreaker's:
+    ASSUME is
     illegal, and seed 33's three programs stop with ILLEGAL_PLAN at their regions; the
     programs make no VCMP, VARGMAX or average but where a fault is meant), and with
     all of them, the trace FIFO written a quarter of a record per cycle (the traces
@@ -137,7 +138,7 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed, left_out):
     config = replace(COMPACT, dma_queue=1, vector_lanes=2)
     if left_out:
         config = replace(config, trace_depth=0, staging_words=0, decisions=False,
-                         pool_average=False)
+                         pool_average=False, dma_queue=0)
     top = CheckedTile(config, gmem_ports="single", store_ports="shared", trace_width=64)
     with open_transport("model", config=config) as model, \
             open_transport("amaranth", config=config, top=top) as rtl:
@@ -205,6 +206,31 @@ def test_a_queue_of_one_command():
     assert one[0] == one[1]
     assert one[0]["active_cycles"] > four["active_cycles"]
     assert one[0]["dma_busy"] == four["dma_busy"]
+
+
+def test_no_queue():
+    """With ``dma_queue`` 0 (the iCEBreaker's) there is no queue: the engine takes a
+    load in the cycle it executes, and the next load waits there until the engine is
+    idle. The model counts the RTL's cycles; against a queue of one command, the kernel
+    (three loads in a row) takes longer and its sequencer waits for the engine, whose
+    busy cycles are the same."""
+    kernel = [dma_load(gmem=0, spad=0, cols=4), dma_load(gmem=8, spad=4, cols=4, token=1),
+              dma_load(gmem=16, spad=8, cols=4, token=2), *[nop()] * 8, wait(), ret()]
+    program = _minimal(kernel, [call(0), done()])
+    counts = {}
+    for depth in (0, 1):
+        config = replace(SMALL, dma_queue=depth)
+        with open_transport("model", config=config) as model, \
+                open_transport("amaranth", config=config, top=CheckedTile(config)) as rtl:
+            model, rtl = Device(model), Device(rtl)
+            check(model, rtl, program)
+            counts[depth] = [{name: dev.counters()[name] for name in SPINE_COUNTERS}
+                             for dev in (rtl, model)]
+        assert counts[depth][0] == counts[depth][1], depth
+    none, one = counts[0][0], counts[1][0]
+    assert none["active_cycles"] > one["active_cycles"]
+    assert none["stall_dma"] > one["stall_dma"]
+    assert none["dma_busy"] == one["dma_busy"]
 
 
 # A fault or a miss aborts the units the cycle after it (the control unit's register,

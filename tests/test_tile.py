@@ -44,11 +44,12 @@ def test_compact_scenario(scenario):
         scenario(Device(transport))
 
 
-#: The scenarios that see a tile without a trace FIFO, speculation, VCMP and VARGMAX
-#: and an averaging VPOOL (the iCEBreaker's): the TRACE registers' bus errors, the
-#: counters that go on without it (CYCLES among the others in the counters' RAM), the
-#: calls that push no record, ASSUME and COMMIT illegal, the DMA's stores straight
-#: into GMEM, the instructions not built illegal and the flags and index registers 0.
+#: The scenarios that see a tile without a trace FIFO, speculation, VCMP and VARGMAX,
+#: an averaging VPOOL and a DMA queue (the iCEBreaker's): the TRACE registers' bus
+#: errors, the counters that go on without it (CYCLES among the others in the
+#: counters' RAM), the calls that push no record, ASSUME and COMMIT illegal, the DMA's
+#: stores straight into GMEM, its commands straight into the engine, the instructions
+#: not built illegal and the flags and index registers 0.
 LEFT_OUT_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clear",
                       "trace_fifo", "matmul_requant", "branch_jump_switch",
                       "speculation_hit_publishes", "vector_flags_steer_the_plan")
@@ -59,7 +60,7 @@ LEFT_OUT_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clea
                          ids=lambda s: s.__name__)
 def test_scenario_with_parts_left_out(scenario, compact):
     config = replace(CONFIG, trace_depth=0, staging_words=0, decisions=False,
-                     pool_average=False, compact=compact)
+                     pool_average=False, dma_queue=0, compact=compact)
     with open_transport("amaranth", config=config) as transport:
         dev = Device(transport)
         assert dev.config == config and not dev.config.traced and not dev.config.speculates
