@@ -16,7 +16,8 @@ import numpy as np
 from fusetile.host.device import TileFault
 from fusetile.host.transport import BusError
 from fusetile.kernels import arith
-from fusetile.kernels.isa import FaultCause, GmemBase, PlanOp, PlanInstr, CmpOp, VectorCfg
+from fusetile.kernels.isa import (FaultCause, GmemBase, PlanOp, PlanInstr, CmpOp, VectorCfg,
+                                  INDEX_REGS)
 from fusetile.kernels.program import (call, done, mark, nop, ret, wait, dma_load, dma_store,
                                       jump, branch, switch, assume, commit, matmul, acc_bias,
                                       micro_nop, requant, vcfg, vcmp, vargmax, vpool)
@@ -620,21 +621,17 @@ def vector_flags_steer_the_plan(dev):
         vargmax(addr=0, n=8, index=1),                                    # lanes 2, 3: 2
     ]
     average = vpool(src=0, out=1, n=1, window=1, stride=1, step=1, average=True)
-    if not dev.config.pool_average:
-        dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), average, ret()], part=0)
+    left_out = (([] if dev.config.pool_average else [average]) +
+                ([] if dev.config.decisions else decisions))
+    for instr in left_out:
+        dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), instr, ret()], part=0)
         err = _fault(dev, [call(0), done()])
-        assert err.cause == FaultCause.ILLEGAL_MICRO and err.micro_pc == 2, err
-        assert err.addr == average & 0xFFFF_FFFF
+        assert err.cause == FaultCause.ILLEGAL_MICRO and err.micro_pc == 2, (instr, err)
+        assert err.addr == instr & 0xFFFF_FFFF
         dev.clear_fault()
     if not dev.config.decisions:
-        for k, instr in enumerate(decisions):
-            dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), instr, ret()], part=0)
-            err = _fault(dev, [call(0), done()])
-            assert err.cause == FaultCause.ILLEGAL_MICRO and err.micro_pc == 2, (k, err)
-            assert err.addr == instr & 0xFFFF_FFFF
-            dev.clear_fault()
         assert int(dev.regs.FLAGS.read().flags) == 0
-        assert all(int(dev.regs[f"INDEX[{i}]"].read().value) == 0 for i in range(4))
+        assert all(int(dev.regs[f"INDEX[{i}]"].read().value) == 0 for i in range(INDEX_REGS))
         return
     dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), *decisions, ret()], part=0)
     _run(dev, [
