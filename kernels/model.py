@@ -1140,7 +1140,7 @@ class TileModel:
             limit = min(limit, self.watchdog_limit - self.watchdog)
         t = self._engine
         if self._in_engine:
-            if not (t.x + 1 <= c <= t.end) or t.rows == 0 or t.cols == 0:
+            if not self._engine_busy(c):
                 return 0
             limit = min(limit, t.end - c)       # stop before the cycle after its end
             if t.store and self.speculating:
