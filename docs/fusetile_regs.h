@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile e216361eea2998fe. */
+ * Generated for hardware profile 373144fb736fc840. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         4
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "e216361eea2998fe"
+#define FT_PROFILE_HASH                          "373144fb736fc840"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -34,6 +34,7 @@
 #define FT_CFG_COMPACT                           0
 #define FT_CFG_DECISIONS                         1
 #define FT_CFG_POOL_AVERAGE                      1
+#define FT_CFG_SLOT_VERSIONS                     1
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
@@ -87,7 +88,9 @@
 /* HWCFG_CTRL: Control configuration. */
 #define FT_HWCFG_CTRL_ADDR                       0x0010u
 #define FT_HWCFG_CTRL_KERNEL_SLOTS_SHIFT         0
-#define FT_HWCFG_CTRL_KERNEL_SLOTS_MASK          0x000000FFu  /* R */
+#define FT_HWCFG_CTRL_KERNEL_SLOTS_MASK          0x0000007Fu  /* R */
+#define FT_HWCFG_CTRL_NO_SLOT_VERSIONS_SHIFT     7
+#define FT_HWCFG_CTRL_NO_SLOT_VERSIONS_MASK      0x00000080u  /* R */
 #define FT_HWCFG_CTRL_SLOT_DEPTH_LOG2_SHIFT      8
 #define FT_HWCFG_CTRL_SLOT_DEPTH_LOG2_MASK       0x00000F00u  /* R */
 #define FT_HWCFG_CTRL_PLAN_DEPTH_LOG2_SHIFT      12

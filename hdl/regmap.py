@@ -150,7 +150,10 @@ def tile_memory_map(config):
             Field("partitions", 8, R, doc="Partition table entries."),
         ], "Scratchpad configuration."), 0x00C, group="identity")
     reg(Register("HWCFG_CTRL", [
-            Field("kernel_slots", 8, R, doc="Kernel slots."),
+            Field("kernel_slots", 7, R, doc="Kernel slots."),
+            Field("no_slot_versions", 1, R, doc="The slot table has no version tags: "
+                  "SLOT[i] has no `version` field (TileConfig.slot_versions False; tiles "
+                  "before it read 0 and have them)."),
             Field("slot_depth_log2", 4, R, doc="log2(micro-instructions per slot)."),
             Field("plan_depth_log2", 4, R, doc="log2(plan instructions per bank)."),
             Field("trace_depth_log2", 4, R, doc="log2(trace FIFO records); 0: no trace "
@@ -261,7 +264,8 @@ def tile_memory_map(config):
                 Field("valid", 1, RW, doc="The slot holds a kernel that may be called."),
                 Field("part", 4, RW, doc="Partition the kernel's scratchpad accesses use."),
                 Field("_pad", 3, R),
-                Field("version", 16, RW, doc="Host-defined kernel version tag."),
+                *([Field("version", 16, RW, doc="Host-defined kernel version tag.")]
+                  if config.slot_versions else []),
             ], f"Kernel slot {i}. Refused while slot {i} executes."),
             SLOT_TABLE_BASE + 4 * i, group="slot", index=i)
 
@@ -330,6 +334,7 @@ def hwcfg_values(config):
         "HWCFG_SPAD": pack("HWCFG_SPAD", bank_words=config.spad_bank_words,
                            banks=config.spad_banks, partitions=config.partitions),
         "HWCFG_CTRL": pack("HWCFG_CTRL", kernel_slots=config.kernel_slots,
+                           no_slot_versions=int(not config.slot_versions),
                            slot_depth_log2=_log2(config.slot_depth),
                            plan_depth_log2=_log2(config.plan_depth),
                            trace_depth_log2=_log2(config.trace_depth) if config.traced else 0,
@@ -386,5 +391,6 @@ def config_from_hwcfg(values):
         compact=bool(int(ctrl.compact)),
         decisions=not int(ctrl.no_decisions),
         pool_average=not int(array.no_pool_average),
+        slot_versions=not int(ctrl.no_slot_versions),
         gmem_bytes=int(gmem.bytes),
     )

@@ -564,12 +564,24 @@ class Device:
     def load_kernel(self, slot, instrs, *, part, version=0):
         """Write a kernel into slot ``slot`` and mark it valid, bound to partition ``part``.
 
-        Raises :class:`BusError` if the slot is executing (the tile refuses the write).
+        ``version`` is the slot's version tag, for the host's own bookkeeping; a tile
+        built without them (``HWCFG_CTRL.no_slot_versions``) takes only 0.
+
+        Raises :class:`BusError` if the slot is executing (the tile refuses the write),
+        :class:`ValueError` for a version the tile has no place for.
         """
         self._index("Kernel slot", slot, self.config.kernel_slots)
-        self.regs.SLOT[slot].write(valid=0, part=part, version=version)
+        if self.config.slot_versions:
+            tag = {"version": version}
+        elif version:
+            raise ValueError(f"this tile keeps no kernel version tags "
+                             f"(HWCFG_CTRL.no_slot_versions): version must be 0, "
+                             f"not {version!r}")
+        else:
+            tag = {}
+        self.regs.SLOT[slot].write(valid=0, part=part, **tag)
         self.write_kernel(slot, instrs)
-        self.regs.SLOT[slot].write(valid=1, part=part, version=version)
+        self.regs.SLOT[slot].write(valid=1, part=part, **tag)
 
     def set_partition(self, index, *, base, length):
         """Carve scratchpad partition ``index`` as words [base, base + length).

@@ -116,6 +116,11 @@ class TileConfig:
         takes maxima only. The compiler never asks for it (an AvgPool is a
         convolution, exact in ACC), and on the iCEBreaker it was about 450 LUTs:
         the sums widened the multipliers' operands.
+    slot_versions : bool
+        Whether each kernel slot keeps the host's 16-bit version tag
+        (``SLOT[i].version``), which only the host reads: without it the field is not
+        in the register map and the slot table has no place for it. The iCEBreaker's
+        choice (about 140 of its logic cells): the runtime writes 0.
     vector_lanes : int or None
         Lanes the vector unit scales per cycle: its lane multipliers and requantiser
         (a power of two, at most ``word_bytes``). ``None`` (and ``word_bytes``, which
@@ -165,10 +170,11 @@ class TileConfig:
     compact: bool = False
     decisions: bool = True
     pool_average: bool = True
+    slot_versions: bool = True
 
     # Parts that are built or not, and how.
     _SWITCHES = ("slot_counters", "branch_counters", "bank_counters", "compact",
-                 "decisions", "pool_average")
+                 "decisions", "pool_average", "slot_versions")
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {

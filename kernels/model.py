@@ -437,6 +437,9 @@ class TileModel:
         self.part_len[index] = length
 
     def set_slot(self, slot, *, valid, part, version=0):
+        if version and not self.config.slot_versions:
+            raise ValueError(f"this tile keeps no kernel version tags "
+                             f"(TileConfig.slot_versions): version must be 0, not {version!r}")
         self.slot_valid[slot], self.slot_part[slot], self.slot_version[slot] = \
             int(valid), part, version
 

@@ -210,6 +210,26 @@ def test_read_strobe_pops_after_read(compact):
 
 
 @BUILDS
+def test_a_slot_table_without_version_tags(compact):
+    """TileConfig.slot_versions False: SLOT[i] keeps its valid bit and partition, and
+    a write's version bits are dropped (the field is not in the map): the slot reads
+    back without them, and the bank has no storage for them."""
+    mm = tile_memory_map(TileConfig(slot_versions=False))
+    bank = CsrBank(mm, compact=compact)
+    assert set(bank.fields["SLOT[1]"]) == {"valid", "part", "_pad"}
+    full = reg("SLOT[1]").pack(valid=1, part=5, version=0xBEEF)
+
+    async def bench(ctx):
+        assert await wb_write(ctx, bank.bus, mm.addr("SLOT[1]") // 4, full) == "ack"
+        assert (ctx.get(bank.fields["SLOT[1]"]["valid"]),
+                ctx.get(bank.fields["SLOT[1]"]["part"])) == (1, 5)
+        assert await wb_read(ctx, bank.bus, mm.addr("SLOT[1]") // 4) == (
+            full & 0xFF, "ack")
+
+    run(bank, bench)
+
+
+@BUILDS
 def test_refuse(compact):
     bank = CsrBank(MM, compact=compact)
     log = []

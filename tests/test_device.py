@@ -206,6 +206,29 @@ def test_a_tile_without_decisions_or_averages():
     assert (values["HWCFG_CTRL"] >> 31, values["HWCFG_ARRAY"] >> 31) == (0, 0)
 
 
+def test_a_tile_without_slot_versions():
+    """slot_versions False: HWCFG_CTRL's no_slot_versions (bit 7, above any slot count)
+    reads 1 and the profile reads back so; SLOT[i] has no version field, and
+    load_kernel takes version 0 only. A tile that has them reads 0 there."""
+    config = TileConfig(slot_versions=False)
+    mm = tile_memory_map(config)
+    ctrl = mm["HWCFG_CTRL"].item.unpack(hwcfg_values(config)["HWCFG_CTRL"])
+    assert (ctrl.no_slot_versions, ctrl.kernel_slots) == (1, config.kernel_slots)
+    dev = Device(FakeTile(config))
+    assert dev.config == config
+    assert dev.regs.SLOT[0].fields == ["valid", "part", "_pad"]
+    dev.load_kernel(2, [], part=1)
+    assert (dev.regs.SLOT[2].read().valid, dev.regs.SLOT[2].read().part) == (1, 1)
+    with pytest.raises(ValueError, match="this tile keeps no kernel version tags"):
+        dev.load_kernel(2, [], part=1, version=3)
+    with pytest.raises(TypeError, match="Register SLOT.3. has no field 'version'"):
+        dev.regs.SLOT[3].write(valid=1, version=3)
+    assert hwcfg_values(TileConfig())["HWCFG_CTRL"] >> 7 & 1 == 0
+    with_tags = Device(FakeTile(TileConfig()))
+    with_tags.load_kernel(2, [], part=1, version=3)
+    assert with_tags.regs.SLOT[2].read().version == 3
+
+
 def test_a_tile_without_a_dma_queue():
     """dma_queue 0: HWCFG_CTRL's dma_queue_log2 reads NO_DMA_QUEUE (7, beyond any depth's
     log2), and the profile reads back so; the depths read back as they are."""

@@ -45,8 +45,8 @@ def test_compact_scenario(scenario):
 
 
 #: The scenarios that see a tile without a trace FIFO, speculation, VCMP and VARGMAX,
-#: an averaging VPOOL and a DMA queue (the iCEBreaker's): the TRACE registers' bus
-#: errors, the counters that go on without it (CYCLES among the others in the
+#: an averaging VPOOL, a DMA queue and slot version tags (the iCEBreaker's): the TRACE
+#: registers' bus errors, the counters that go on without it (CYCLES among the others in the
 #: counters' RAM), the calls that push no record, ASSUME and COMMIT illegal, the DMA's
 #: stores straight into GMEM, its commands straight into the engine, the instructions
 #: not built illegal and the flags and index registers 0.
@@ -60,7 +60,7 @@ LEFT_OUT_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clea
                          ids=lambda s: s.__name__)
 def test_scenario_with_parts_left_out(scenario, compact):
     config = replace(CONFIG, trace_depth=0, staging_words=0, decisions=False,
-                     pool_average=False, dma_queue=0, compact=compact)
+                     pool_average=False, dma_queue=0, slot_versions=False, compact=compact)
     with open_transport("amaranth", config=config) as transport:
         dev = Device(transport)
         assert dev.config == config and not dev.config.traced and not dev.config.speculates
