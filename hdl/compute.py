@@ -659,29 +659,46 @@ class ComputeUnit(wiring.Component):
         # of the registers, c475267's ULX3S build: docs/fpga-timing.md, step 39). A held word
         # stays in its hold register until the data stage has used it (the next
         # step's read is captured three cycles after it issues, at the earliest).
-        rdata_a = registered_word(m, self.a, "rdata_a")
-        rdata_b = registered_word(m, self.b, "rdata_b")
-        # The hold registers take their word from there, a cycle after it came: the
-        # step that holds it issues the cycle after the read at the earliest, so its
-        # data stage is two cycles after that.
-        m.d.sync += [cap_a_1.eq(cap_a), cap_b_1.eq(cap_b)]
-        with m.If(cap_a_1):
-            m.d.sync += hold_a.eq(rdata_a)
-        with m.If(cap_b_1):
-            m.d.sync += hold_b.eq(rdata_b)
-        # Which of the two is the data stage's word: `d_step.hold_a` (`hold_b`), in a
-        # copy per byte lane. One flip-flop choosing all of a word's bits, for the MAC
-        # array and the vector unit, was 2 to 2.6 ns of wire at the start of the
-        # vector unit's comparisons (step 37's ULX3S builds, docs/fpga-timing.md step 38).
-        word_a = Signal(word_bits)
-        word_b = Signal(word_bits)
-        for word, held, rdata, name in ((word_a, hold_a, rdata_a, "hold_a"),
-                                        (word_b, hold_b, rdata_b, "hold_b")):
-            for j in range(wb):
-                choose_held = copy(Signal(name=f"d_{name}_{j}"))
-                m.d.sync += choose_held.eq(getattr(r_step, name))
-                lane = slice(8 * j, 8 * (j + 1))
-                m.d.comb += word[lane].eq(Mux(choose_held, held[lane], rdata[lane]))
+        if cfg.compact:
+            # Built for area, a port's registers take a word only in the cycle after a
+            # read it performed, and so keep the last word it read: that is the
+            # held word. A step whose word waits (for the other port's) reads no other
+            # on its port before it issues, and the next step's first read is
+            # registered three cycles after this one issues, a cycle after its data
+            # stage. No hold registers, and no choice (a copy of every word took a
+            # logic cell per bit of the UP5K, loaded from another register).
+            words = []
+            for port, performed, name in ((self.a, a_performed, "rdata_a"),
+                                          (self.b, b_performed, "rdata_b")):
+                answered = Signal(name=f"{name}_answered")
+                m.d.sync += answered.eq(performed)
+                words.append(registered_word(m, port, name, load=answered))
+            word_a, word_b = words
+        else:
+            rdata_a = registered_word(m, self.a, "rdata_a")
+            rdata_b = registered_word(m, self.b, "rdata_b")
+            # The hold registers take their word from there, a cycle after it came:
+            # the step that holds it issues the cycle after the read at the earliest,
+            # so its data stage is two cycles after that.
+            m.d.sync += [cap_a_1.eq(cap_a), cap_b_1.eq(cap_b)]
+            with m.If(cap_a_1):
+                m.d.sync += hold_a.eq(rdata_a)
+            with m.If(cap_b_1):
+                m.d.sync += hold_b.eq(rdata_b)
+            # Which of the two is the data stage's word: `d_step.hold_a` (`hold_b`),
+            # in a copy per byte lane. One flip-flop choosing all of a word's bits,
+            # for the MAC array and the vector unit, was 2 to 2.6 ns of wire at the
+            # start of the vector unit's comparisons (step 37's ULX3S builds,
+            # docs/fpga-timing.md step 38).
+            word_a = Signal(word_bits)
+            word_b = Signal(word_bits)
+            for word, held, rdata, name in ((word_a, hold_a, rdata_a, "hold_a"),
+                                            (word_b, hold_b, rdata_b, "hold_b")):
+                for j in range(wb):
+                    choose_held = copy(Signal(name=f"d_{name}_{j}"))
+                    m.d.sync += choose_held.eq(getattr(r_step, name))
+                    lane = slice(8 * j, 8 * (j + 1))
+                    m.d.comb += word[lane].eq(Mux(choose_held, held[lane], rdata[lane]))
 
         # MAC array.
         m.d.comb += [
@@ -693,9 +710,12 @@ class ComputeUnit(wiring.Component):
             mac.abort.eq(self.abort),
         ]
 
-        # Operand buffer (ACC_BIAS: the bias; REQUANT: the per-channel table).
+        # Operand buffer (ACC_BIAS: the bias; REQUANT: the per-channel table). Its
+        # steps are its words, so built for area the choice reads only the bits of
+        # `idx` a word's number has, and the read and data stages carry no more.
+        loaded_word = d_step.idx[:max(1, (n_buf - 1).bit_length())] if cfg.compact else d_step.idx
         with m.If(d_step.valid & load):
-            with m.Switch(d_step.idx):
+            with m.Switch(loaded_word):
                 for j in range(n_buf):
                     with m.Case(j):
                         m.d.sync += buf[j * word_bits:(j + 1) * word_bits].eq(word_a)

@@ -71,17 +71,24 @@ def spad_read_parts(config):
     return (config.spad_banks + 1) // 2
 
 
-def registered_word(m, port, name):
+def registered_word(m, port, name, *, load=None):
     """The word ``port`` read, through a register per part of it (``rdata_parts``).
 
     Returns the parts' OR: valid two cycles after the read, one LUT after the
     registers. (The bank selection's second LUT in front of a register was 10.3 ns
     of the ULX3S build's routed paths into the compute unit, 10.4 to 10.75 into the
-    DMA engine's store word: docs/fpga-timing.md, steps 39 and 40.)
+    DMA engine's store word: docs/fpga-timing.md, steps 39 and 40.) With ``load``
+    (a signal high in the cycle after each read the port performed), the registers
+    take a word only then, and hold the last word read.
     """
     parts = [Signal(len(port.rdata), reset_less=True, name=f"{name}_{k}")
              for k in range(len(port.rdata_parts))]
-    m.d.sync += [part.eq(port.rdata_parts[k]) for k, part in enumerate(parts)]
+    take = [part.eq(port.rdata_parts[k]) for k, part in enumerate(parts)]
+    if load is None:
+        m.d.sync += take
+    else:
+        with m.If(load):
+            m.d.sync += take
     return reduce(operator.or_, parts)
 
 
