@@ -53,7 +53,8 @@ class OperandCheck(wiring.Component):
     of wire and a carry chain into the control unit's ``armed`` were 9.90 ns of
     0059dff's: step 50.)
 
-    Built for area (``config.compact``), the two products are made in the fabric, a
+    Built for area (``config.compact``), the first stage is no registers but the held
+    instruction's decode itself, and the two products are made in the fabric, a
     bit of the count per cycle (a shift-and-add over its 16 bits, in the 16 cycles
     after ``start``), with no DSP: an instruction with products (MATMUL, REQUANT,
     VPOOL) has its answer ``COMPACT_CHECK_LATENCY`` (17) cycles after ``start``
@@ -121,6 +122,10 @@ class OperandCheck(wiring.Component):
         # Stage 1 (registers): per operand its base, its small extra and which products
         # it adds; the multipliers' operands, count and stride, into the DSP blocks'
         # input registers. Stage 2: the products (registered in the fabric).
+        # The first stage's domain: built for area, the held instruction's decode
+        # itself, with no registers (each was loaded from the instruction register
+        # with no LUT between, a logic cell per bit of the UP5K).
+        first = "comb" if cfg.compact else "sync"
         count = [Signal(16, name=f"count{i}") for i in range(2)]
         stride = [Signal(16, name=f"stride{i}") for i in range(2)]
         product = [Signal(_END_BITS, name=f"product{i}") for i in range(2)]
@@ -151,14 +156,14 @@ class OperandCheck(wiring.Component):
             """Operands, in order: (base, extra) or (base, products added); marks them
             used (with ``n``: if it is not 0)."""
             for i, (addr, plus) in enumerate(operands):
-                m.d.sync += base[i].eq(addr)
+                m.d[first] += base[i].eq(addr)
                 if isinstance(plus, _Products):
-                    m.d.sync += adds[i].eq(plus.mask)
+                    m.d[first] += adds[i].eq(plus.mask)
                 else:
-                    m.d.sync += extra[i].eq(plus)
-            m.d.sync += used.eq((1 << len(operands)) - 1)
+                    m.d[first] += extra[i].eq(plus)
+            m.d[first] += used.eq((1 << len(operands)) - 1)
             if n is not None:
-                m.d.sync += counted.eq(n != 0)
+                m.d[first] += counted.eq(n != 0)
 
         p0, p1, both = _Products(0b01), _Products(0b10), _Products(0b11)
         # Every stage-1 register but the bases is written every cycle: the defaults,
@@ -167,8 +172,8 @@ class OperandCheck(wiring.Component):
         # used, so each base is the opcode's choice of fields and nothing more (a base
         # behind the count's test and the defaults was the longest path from the
         # kernel store's block RAM).
-        m.d.sync += [illegal.eq(0), used.eq(0), counted.eq(1)]
-        m.d.sync += [r.eq(0) for r in (*extra, *adds)]
+        m.d[first] += [illegal.eq(0), used.eq(0), counted.eq(1)]
+        m.d[first] += [r.eq(0) for r in (*extra, *adds)]
         with m.Switch(self.op):
             with m.Case(MicroOp.MATMUL):
                 mm = a.matmul
@@ -193,7 +198,7 @@ class OperandCheck(wiring.Component):
                 pool_illegal = vp.window == 0
                 if not cfg.pool_average:
                     pool_illegal = pool_illegal | vp.average    # not built
-                m.d.sync += illegal.eq(pool_illegal)
+                m.d[first] += illegal.eq(pool_illegal)
                 m.d.comb += [count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
                              count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride)]
                 spans((vp.in_addr, both), (vp.out_addr, vp.n - 1), n=vp.n)
@@ -203,7 +208,7 @@ class OperandCheck(wiring.Component):
             if not cfg.decisions:
                 # Not built (TileConfig.decisions): illegal, whatever the operands.
                 with m.Case(MicroOp.VCMP, MicroOp.VARGMAX):
-                    m.d.sync += illegal.eq(1)
+                    m.d[first] += illegal.eq(1)
             else:
                 with m.Case(MicroOp.VCMP):
                     lane_bits = (W - 1).bit_length()
@@ -211,12 +216,12 @@ class OperandCheck(wiring.Component):
                 with m.Case(MicroOp.VARGMAX):
                     va = a.vargmax
                     lane_bits = (W - 1).bit_length()
-                    m.d.sync += illegal.eq(
+                    m.d[first] += illegal.eq(
                         (va.n == 0) | Mux(va.column, va.lane >= W, va.lane != 0) |
                         (~va.test & ((va.flag != 0) | (va.expect != 0))))
                     spans((va.addr, Mux(va.column, va.n - 1, (va.n - 1) >> lane_bits)))
             with m.Case(MicroOp.VCFG):
-                m.d.sync += illegal.eq(a.vcfg.reg.as_value() >
+                m.d[first] += illegal.eq(a.vcfg.reg.as_value() >
                                        max(r.value for r in VectorCfg))
 
         if cfg.compact:
