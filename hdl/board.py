@@ -278,7 +278,8 @@ class BoardCore(wiring.Component):
         # A host access to GMEM may wait for a DMA transfer: give it a millisecond-scale
         # bus timeout, not the simulation top's 256 cycles.
         m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
-                                                  timeout_cycles=BUS_TIMEOUT)
+                                                  timeout_cycles=BUS_TIMEOUT,
+                                                  compact=self.config.compact)
         wiring.connect(m, bridge.bus, tile.bus)
         m.d.comb += [bridge.rx.eq(self.rx), self.tx.eq(bridge.tx)]
 

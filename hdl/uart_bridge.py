@@ -86,6 +86,11 @@ class UartBridge(wiring.Component):
         Word address bits of :attr:`bus`.
     timeout_cycles : int
         Cycles an access waits for ``ack`` or ``err`` before the bridge gives up.
+    compact : bool
+        Built for area (a tile's :attr:`TileConfig.compact`): the burst buffer's words
+        are taken from its read port, which holds still at the word, and a read's
+        word goes into the buffer in the cycle of its ``ack``: no word registers of
+        their own (the same frames, the same cycles).
 
     Attributes
     ----------
@@ -105,7 +110,7 @@ class UartBridge(wiring.Component):
         less than 1.
     """
 
-    def __init__(self, divisor, *, addr_width, timeout_cycles=256):
+    def __init__(self, divisor, *, addr_width, timeout_cycles=256, compact=False):
         for name, value in (("divisor", divisor), ("addr_width", addr_width),
                             ("timeout_cycles", timeout_cycles)):
             if not isinstance(value, int) or isinstance(value, bool):
@@ -119,6 +124,7 @@ class UartBridge(wiring.Component):
         self._divisor = divisor
         self._addr_width = addr_width
         self._timeout_cycles = timeout_cycles
+        self._compact = bool(compact)
         super().__init__({
             "rx":  In(1, init=1),
             "tx":  Out(1, init=1),
@@ -162,8 +168,13 @@ class UartBridge(wiring.Component):
         # states): from the block RAM's output through the word register's choice
         # of its four sources, the UART bridge was 10.62 ns of 7a057ba's ULX3S build
         # (docs/fpga-timing.md, step 40).
-        buf_word = Signal(32, reset_less=True)
-        m.d.sync += buf_word.eq(buf_r.data)
+        # Built for area, the read port's own output: its address, `idx`, holds still
+        # from the FETCH state to the LOAD state.
+        if self._compact:
+            buf_word = buf_r.data
+        else:
+            buf_word = Signal(32, reset_less=True)
+            m.d.sync += buf_word.eq(buf_r.data)
         # Both ports are at `idx`, so every write meets a read of its word; no such
         # read is used. The buffer is written only while a request's data comes in and
         # while a read burst runs, and its words are used only while a write burst
@@ -197,10 +208,16 @@ class UartBridge(wiring.Component):
         strobe = Signal()
         answer_ack = Signal()
         answer_err = Signal()
-        answer_data = Signal(32)
+        # Built for area, a read's word goes into the burst buffer as it comes (with
+        # `ack`; an access that fails leaves no word a response sends): no register.
+        answer_data = None if self._compact else Signal(32)
         with m.If(strobe):
-            m.d.sync += [answer_ack.eq(bus.ack), answer_err.eq(bus.err),
-                         answer_data.eq(bus.dat_r)]
+            m.d.sync += [answer_ack.eq(bus.ack), answer_err.eq(bus.err)]
+            if answer_data is None:
+                with m.If(bus.ack & ~is_write):
+                    m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(bus.dat_r)]
+            else:
+                m.d.sync += answer_data.eq(bus.dat_r)
 
         m.d.comb += [
             bus.cyc.eq(strobe),
@@ -342,8 +359,9 @@ class UartBridge(wiring.Component):
                 with m.If(answer_err | ~answer_ack):    # an error, or no answer in time
                     respond(Status.BUS_ERROR, idx)
                 with m.Else():
-                    with m.If(~is_write):
-                        m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(answer_data)]
+                    if answer_data is not None:
+                        with m.If(~is_write):
+                            m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(answer_data)]
                     with m.If(idx == last):
                         m.d.sync += idx.eq(0)
                         respond(Status.OK, last)

@@ -63,7 +63,8 @@ class UartTop(wiring.Component):
         m = Module()
         m.submodules.tile = tile = Tile(self.config, gmem_ports="shared")
         m.submodules.bridge = bridge = UartBridge(self.divisor, addr_width=ADDR_WIDTH - 2,
-                                                  timeout_cycles=self.timeout_cycles)
+                                                  timeout_cycles=self.timeout_cycles,
+                                                  compact=self.config.compact)
         wiring.connect(m, bridge.bus, tile.bus)
         m.d.comb += [
             bridge.rx.eq(self.rx),
