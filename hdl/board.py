@@ -157,21 +157,21 @@ BOARDS = {b.name: b for b in (
         family="ice40", clock="clk12", reset="button", leds=2,
         # A 2 x 2 array on 32-bit words (a DSP per product: 4 of the UP5K's 8, the
         # vector unit's lane multiplier the other 4), one vector lane for the four,
-        # GMEM in the SPRAM (128 KiB), small memories, two partitions (the runtime
-        # uses one; 195 logic cells fewer than four), no DMA queue (a DMA
-        # instruction waits for an idle engine, which takes it at once: 85 logic
-        # cells, and the digits workloads 0.2 % faster), no per-slot, per-flag or
-        # per-bank counters, no trace FIFO (about 1,000 logic cells: with slots of
-        # 64 the runtime's fusion has nothing to gain here) and no speculation
-        # (about 300: the data-dependent workloads need 11 and 21 slots), nor VCMP
-        # and VARGMAX, which only they use (`decisions`), no averaging VPOOL, which
-        # the compiler never asks for (`pool_average`), no kernel version tags, which
-        # only the host reads (`slot_versions`: about 125 logic cells), the units
-        # built for area where they have such a build (`compact`). The tile still
-        # needs about 1.4 times a UP5K's 5,280 logic cells (docs/fpga.md): the
-        # architecture has to shrink further.
+        # GMEM in the SPRAM (128 KiB), small memories, one partition (the one the
+        # runtime uses; 97 logic cells fewer than two, and 195 more than four), no
+        # DMA queue (a DMA instruction waits for an idle engine, which takes it at
+        # once: 85 logic cells, and the digits workloads 0.2 % faster), no per-slot,
+        # per-flag or per-bank counters, no trace FIFO (about 1,000 logic cells:
+        # with slots of 64 the runtime's fusion has nothing to gain here) and no
+        # speculation (about 300: the data-dependent workloads need 11 and 21
+        # slots), nor VCMP and VARGMAX, which only they use (`decisions`), no
+        # averaging VPOOL, which the compiler never asks for (`pool_average`), no
+        # kernel version tags, which only the host reads (`slot_versions`: about 125
+        # logic cells), the units built for area where they have such a build
+        # (`compact`). The tile still needs about 1.4 times a UP5K's 5,280 logic
+        # cells (docs/fpga.md): the architecture has to shrink further.
         config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=2, spad_bank_words=256,
-                          partitions=2, kernel_slots=4, slot_depth=64, plan_depth=64,
+                          partitions=1, kernel_slots=4, slot_depth=64, plan_depth=64,
                           gmem_bytes=128 * 1024, trace_depth=0, staging_words=0,
                           dma_queue=0, slot_counters=False, branch_counters=False,
                           bank_counters=False, vector_lanes=1, compact=True,

@@ -10,9 +10,11 @@ test.
 import numpy as np
 import pytest
 
+from fusetile.hdl.board import BOARDS
+from fusetile.hdl.regmap import tile_memory_map
 from fusetile.host.device import Device
 from fusetile.host.runner import infer, load_program
-from fusetile.host.transport import open_transport
+from fusetile.host.transport import BusError, open_transport
 from fusetile.host.uart_protocol import Cmd, Status
 
 from conftest import require_simulator
@@ -91,6 +93,12 @@ def test_scenario(dev, scenario):
 
 
 def test_mlp_on_eight_digits(dev, board):
+    mlp_on_eight_digits(dev, board, CONFIG)
+
+
+def mlp_on_eight_digits(dev, board, config):
+    """The digits MLP on eight test digits through ``dev`` (``board``'s tile, of
+    ``config``): bit for bit the golden model's."""
     from fusetile.host.bench import _workload
     from fusetile.kernels.compiler import compile_graph
     from fusetile.workloads.digits import load_split
@@ -99,9 +107,9 @@ def test_mlp_on_eight_digits(dev, board):
     x_test = load_split()[2][:8]
     x = graph.quantize_input(x_test.reshape((len(x_test),) + tuple(
         graph.tensors[graph.input].shape)))
-    program = compile_graph(graph, CONFIG)
+    program = compile_graph(graph, config)
 
-    with open_transport("model", config=CONFIG) as model:
+    with open_transport("model", config=config) as model:
         golden = Device(model)
         load_program(golden, program)
         want, _ = infer(golden, program, x)
@@ -129,3 +137,44 @@ def test_frame_timeout_through_the_rtl(board):
     assert _frames(board)[-3:] == [(0x33, None, None, Status.BAD_COMMAND),
                                    (Cmd.READ, None, None, Status.TIMEOUT),
                                    (Cmd.READ, WATCHDOG >> 2, 1, Status.OK)]
+
+
+#: The iCEBreaker's tile, its units and its bridge built for area, as its board top has
+#: them (GMEM behind the tile's shared port here, not in the SPRAM).
+SMALL = BOARDS["icebreaker"].config
+
+
+@pytest.fixture(scope="module")
+def small_board():
+    require_simulator("verilator")
+    from fusetile.sim.uart_board import UartBoard
+    from fusetile.sim.uart_rtl import RtlBridge
+
+    with UartBoard(RtlBridge(SMALL)) as board:
+        yield board
+
+
+def test_the_icebreakers_tile_through_its_bridge(small_board):
+    """The iCEBreaker's configuration behind its bridge (which keeps its words in the
+    burst buffer alone): the profile reads back, bursts of GMEM, plan and kernel words
+    round-trip, a burst that runs off GMEM's end stops at its first word past it, and
+    the MLP classifies eight digits as the golden model does."""
+    small_board.bridge.reset()
+    with open_transport(f"serial:{small_board.port}@3000000", timeout=TIMEOUT,
+                        clock_hz=CLOCK_HZ, config=SMALL) as link:
+        dev = Device(link)
+        assert dev.hardware_profile() == SMALL
+        data = bytes(range(7, 7 + 203))
+        dev.write_window("GMEM", 5, data)
+        assert dev.read_window("GMEM", 5, len(data)) == data
+        plan = [0x1234_5678_9ABC_DEF0 + i for i in range(40)]
+        dev.write_plan(1, plan)
+        assert dev.read_plan(1, 40) == plan
+        kernel = [(1 << 127) | i << 64 | 0xA5A5_A5A5 for i in range(20)]
+        dev.write_kernel(3, kernel)
+        assert dev.read_kernel(3, 20) == kernel
+        end = tile_memory_map(SMALL)["GMEM"].addr + SMALL.gmem_bytes
+        with pytest.raises(BusError) as err:
+            link.read_burst(end - 8, 4)
+        assert err.value.addr == end and not err.value.write
+        mlp_on_eight_digits(dev, small_board, SMALL)
