@@ -26,7 +26,8 @@ from test_serial_transport import (CONFIG, WATCHDOG, _frames,  # noqa: F401
                                    test_bus_error_names_the_register,
                                    test_corrupted_request_is_resent,
                                    test_corrupted_write_is_not_carried_out_then_resent,
-                                   test_identity, test_windows_and_registers_round_trip)
+                                   test_identity, test_windows_and_registers_round_trip,
+                                   windows_round_trip)
 
 
 pytestmark = pytest.mark.cocotb
@@ -164,15 +165,7 @@ def test_the_icebreakers_tile_through_its_bridge(small_board):
                         clock_hz=CLOCK_HZ, config=SMALL) as link:
         dev = Device(link)
         assert dev.hardware_profile() == SMALL
-        data = bytes(range(7, 7 + 203))
-        dev.write_window("GMEM", 5, data)
-        assert dev.read_window("GMEM", 5, len(data)) == data
-        plan = [0x1234_5678_9ABC_DEF0 + i for i in range(40)]
-        dev.write_plan(1, plan)
-        assert dev.read_plan(1, 40) == plan
-        kernel = [(1 << 127) | i << 64 | 0xA5A5_A5A5 for i in range(20)]
-        dev.write_kernel(3, kernel)
-        assert dev.read_kernel(3, 20) == kernel
+        windows_round_trip(dev)
         end = tile_memory_map(SMALL)["GMEM"].addr + SMALL.gmem_bytes
         with pytest.raises(BusError) as err:
             link.read_burst(end - 8, 4)

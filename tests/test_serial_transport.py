@@ -73,7 +73,8 @@ def test_identity(dev, board):
         "the identity registers in one burst"
 
 
-def test_windows_and_registers_round_trip(dev):
+def windows_round_trip(dev):
+    """Bursts of GMEM, plan and kernel words written through ``dev`` read back."""
     data = bytes(range(7, 7 + 203))
     dev.write_window("GMEM", 5, data)
     assert dev.read_window("GMEM", 5, len(data)) == data
@@ -83,6 +84,10 @@ def test_windows_and_registers_round_trip(dev):
     kernel = [(1 << 127) | i << 64 | 0xA5A5_A5A5 for i in range(20)]   # SYNC_REQ in data
     dev.write_kernel(3, kernel)
     assert dev.read_kernel(3, 20) == kernel
+
+
+def test_windows_and_registers_round_trip(dev):
+    windows_round_trip(dev)
     dev.regs.WATCHDOG.write(limit=123_456)
     assert dev.regs.WATCHDOG.read().limit == 123_456
     dev.set_partition(2, base=0x40, length=64)
