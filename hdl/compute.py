@@ -512,8 +512,10 @@ class ComputeUnit(wiring.Component):
         # The opcode, decoded as the command is accepted (below): one flip-flop per
         # operation, so that the issue and data stages start from registers rather
         # than from a six-bit comparison.
-        # An operation the tile does not build (`TileConfig.decisions`) is never one.
-        absent = () if cfg.decisions else (MicroOp.VCMP, MicroOp.VARGMAX)
+        # An operation the tile does not build (`TileConfig.decisions`, `word_ops`) is
+        # never one.
+        absent = ((() if cfg.decisions else (MicroOp.VCMP, MicroOp.VARGMAX)) +
+                  (() if cfg.word_ops else (MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP)))
         decoded = {o: Signal(name=f"is_{o.name.lower()}") for o in MicroOp
                    if o not in (MicroOp.NOP, MicroOp.RET, MicroOp.DMA_LOAD,
                                 MicroOp.DMA_STORE, MicroOp.WAIT, *absent)}
@@ -999,28 +1001,29 @@ class ComputeUnit(wiring.Component):
                         w_stride.eq(rqa.out_stride),
                         room_w.eq(self.limit - rqa.out_stride),
                     ]
-                with m.Case(MicroOp.VADD):
-                    m.d.sync += [
-                        running.eq(pa.vadd.n != 0),
-                        total.eq(pa.vadd.n),
-                    ]
-                with m.Case(MicroOp.VPOOL):
-                    runs = (pa.vpool.n != 0) & (pa.vpool.window != 0)
-                    if not cfg.pool_average:
-                        runs = runs & ~pa.vpool.average    # (not built: does nothing)
-                    m.d.sync += [
-                        running.eq(runs),
-                        total.eq(pa.vpool.n),
-                        win_last.eq(pa.vpool.window - 1),
-                        step_a.eq(pa.vpool.in_stride),
-                        room_a.eq(self.limit - pa.vpool.in_stride),
-                        room_row.eq(self.limit - pa.vpool.in_step),
-                    ]
-                with m.Case(MicroOp.VCLAMP):
-                    m.d.sync += [
-                        running.eq(pa.vclamp.n != 0),
-                        total.eq(pa.vclamp.n),
-                    ]
+                if cfg.word_ops:        # (else they do not run: they do nothing)
+                    with m.Case(MicroOp.VADD):
+                        m.d.sync += [
+                            running.eq(pa.vadd.n != 0),
+                            total.eq(pa.vadd.n),
+                        ]
+                    with m.Case(MicroOp.VPOOL):
+                        runs = (pa.vpool.n != 0) & (pa.vpool.window != 0)
+                        if not cfg.pool_average:
+                            runs = runs & ~pa.vpool.average    # (not built: does nothing)
+                        m.d.sync += [
+                            running.eq(runs),
+                            total.eq(pa.vpool.n),
+                            win_last.eq(pa.vpool.window - 1),
+                            step_a.eq(pa.vpool.in_stride),
+                            room_a.eq(self.limit - pa.vpool.in_stride),
+                            room_row.eq(self.limit - pa.vpool.in_step),
+                        ]
+                    with m.Case(MicroOp.VCLAMP):
+                        m.d.sync += [
+                            running.eq(pa.vclamp.n != 0),
+                            total.eq(pa.vclamp.n),
+                        ]
                 if cfg.decisions:       # (else they do not run: they do nothing)
                     with m.Case(MicroOp.VCMP):
                         m.d.sync += [

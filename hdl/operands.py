@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..kernels.config import TileConfig, CHECK_LATENCY
 from ..kernels.isa import MicroOp, MicroArgs, VectorCfg
-from ..kernels.operands import MAX_OPERANDS
+from ..kernels.operands import MAX_OPERANDS, WORD_OPS
 from .compare import at_least
 from .multiplier import Multiplier
 
@@ -76,8 +76,9 @@ class OperandCheck(wiring.Component):
         (VPOOL ``window`` 0; VARGMAX ``n`` 0, ``lane`` >= ``word_bytes`` with ``column``
         or not 0 without it, ``flag`` or ``expect`` not 0 without ``test``; VCFG of a
         register that does not exist), or the instruction is not built (VCMP and
-        VARGMAX without ``config.decisions``, VPOOL with ``average`` without
-        ``config.pool_average``); ``ends`` and ``used`` are then meaningless.
+        VARGMAX without ``config.decisions``, VADD, VPOOL and VCLAMP without
+        ``config.word_ops``, VPOOL with ``average`` without ``config.pool_average``);
+        ``ends`` and ``used`` are then meaningless.
     used : Out(MAX_OPERANDS)
     ends : Out(ArrayLayout(32, MAX_OPERANDS))
         The largest partition offset each operand of the instruction touches.
@@ -189,22 +190,27 @@ class OperandCheck(wiring.Component):
                     spans((rq.param_addr, -(-8 * R // W) - 1), (rq.out_addr, p0))
                 with m.Else():
                     spans((rq.out_addr, p0))
-            with m.Case(MicroOp.VADD):
-                va = a.vadd
-                spans((va.a_addr, va.n - 1), (va.b_addr, va.n - 1), (va.out_addr, va.n - 1),
-                      n=va.n)
-            with m.Case(MicroOp.VPOOL):
-                vp = a.vpool
-                pool_illegal = vp.window == 0
-                if not cfg.pool_average:
-                    pool_illegal = pool_illegal | vp.average    # not built
-                m.d[first] += illegal.eq(pool_illegal)
-                m.d.comb += [count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
-                             count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride)]
-                spans((vp.in_addr, both), (vp.out_addr, vp.n - 1), n=vp.n)
-            with m.Case(MicroOp.VCLAMP):
-                vc = a.vclamp
-                spans((vc.in_addr, vc.n - 1), (vc.out_addr, vc.n - 1), n=vc.n)
+            if not cfg.word_ops:
+                # Not built (TileConfig.word_ops): illegal, whatever the operands.
+                with m.Case(*WORD_OPS):
+                    m.d[first] += illegal.eq(1)
+            else:
+                with m.Case(MicroOp.VADD):
+                    va = a.vadd
+                    spans((va.a_addr, va.n - 1), (va.b_addr, va.n - 1), (va.out_addr, va.n - 1),
+                          n=va.n)
+                with m.Case(MicroOp.VPOOL):
+                    vp = a.vpool
+                    pool_illegal = vp.window == 0
+                    if not cfg.pool_average:
+                        pool_illegal = pool_illegal | vp.average    # not built
+                    m.d[first] += illegal.eq(pool_illegal)
+                    m.d.comb += [count[0].eq(vp.n - 1), stride[0].eq(vp.in_step),
+                                 count[1].eq(vp.window - 1), stride[1].eq(vp.in_stride)]
+                    spans((vp.in_addr, both), (vp.out_addr, vp.n - 1), n=vp.n)
+                with m.Case(MicroOp.VCLAMP):
+                    vc = a.vclamp
+                    spans((vc.in_addr, vc.n - 1), (vc.out_addr, vc.n - 1), n=vc.n)
             if not cfg.decisions:
                 # Not built (TileConfig.decisions): illegal, whatever the operands.
                 with m.Case(MicroOp.VCMP, MicroOp.VARGMAX):

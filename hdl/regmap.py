@@ -174,8 +174,15 @@ def tile_memory_map(config):
                   "ILLEGAL_MICRO, and the flags and index registers stay 0 "
                   "(TileConfig.decisions False; tiles before it read 0 and have them)."),
         ], "Control configuration."), 0x010, group="identity")
-    reg(Register("HWCFG_GMEM", [Field("bytes", 24, R, doc="GMEM size in bytes.")],
-                 "Global memory configuration."), 0x014, group="identity")
+    # (HWCFG_GMEM's upper byte, which `bytes` does not need, holds the last flag: a
+    # register of its own would change the ULX3S's CSR multiplexer, and its route.)
+    reg(Register("HWCFG_GMEM", [
+            Field("bytes", 24, R, doc="GMEM size in bytes."),
+            Field("no_word_ops", 1, R, doc="VADD, VPOOL and VCLAMP are not built: they "
+                  "are ILLEGAL_MICRO (TileConfig.word_ops False; tiles before it read 0 "
+                  "and have them)."),
+        ], "Global memory configuration, and whether the word operations are built."),
+        0x014, group="identity")
 
     # -- control and status -------------------------------------------------------
     reg(Register("CTRL", [
@@ -347,7 +354,8 @@ def hwcfg_values(config):
                            bank_counters=int(config.bank_counters),
                            compact=int(config.compact),
                            no_decisions=int(not config.decisions)),
-        "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes),
+        "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes,
+                           no_word_ops=int(not config.word_ops)),
     }
 
 
@@ -392,5 +400,6 @@ def config_from_hwcfg(values):
         decisions=not int(ctrl.no_decisions),
         pool_average=not int(array.no_pool_average),
         slot_versions=not int(ctrl.no_slot_versions),
+        word_ops=not int(gmem.no_word_ops),
         gmem_bytes=int(gmem.bytes),
     )

@@ -178,8 +178,8 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
     while len(shifted) > 1:
         shifted = [shifted[k] + shifted[k + 1] if k + 1 < len(shifted) else shifted[k]
                    for k in range(0, len(shifted), 2)]
-    total = Signal(signed(max(width(terms_1), width(terms_0))), name=f"{name}_sum",
-                   reset_less=True)
+    total = Signal(signed(max(width(terms) for terms in (terms_1, terms_0) if terms)),
+                   name=f"{name}_sum", reset_less=True)
     if biases:
         m.d.sync += total.eq(shifted[0] - Mux(sel_3, 0, _bias_sum(biases)))
     else:

@@ -27,7 +27,8 @@ the configuration. Every stage past the first carries only what the later stages
 read: the scaling registers go along as far as each is needed.
 
 A tile without VCMP and VARGMAX (``TileConfig.decisions``) gets no lane tree, best so
-far or flag test; one whose VPOOL takes maxima only (``pool_average``) keeps them in
+far or flag test; one without VADD, VPOOL and VCLAMP (``word_ops``) no word path (its
+pooling, clamp and scaled operands): only REQUANT's rows go through; one whose VPOOL takes maxima only (``pool_average``) keeps them in
 8-bit accumulators, and its lane multipliers' scaled operand is VADD's 9-bit
 ``a - ZP_A`` rather than a 16-bit sum.
 """
@@ -226,14 +227,16 @@ class CompactVectorAlu(VectorAlu):
         valid, pay, regs = self.i.valid, self.i.payload, self.regs
         op = pay.op
         a = [pay.a[j] for j in range(lanes)]
-        # The operations the tile does not build (TileConfig.decisions, pool_average)
-        # never come: their logic is left out.
-        is_vpool = op == VectorOp.VPOOL
+        # The operations the tile does not build (TileConfig.decisions, word_ops,
+        # pool_average) never come: their logic is left out.
+        is_vadd, is_vpool, is_vclamp = ((op == VectorOp.VADD, op == VectorOp.VPOOL,
+                                         op == VectorOp.VCLAMP) if cfg.word_ops
+                                        else (Const(0), Const(0), Const(0)))
         is_vcmp, is_vargmax = ((op == VectorOp.VCMP, op == VectorOp.VARGMAX) if cfg.decisions
                                else (Const(0), Const(0)))
         average = pay.average if cfg.pool_average else Const(0)
-        scaled_op = (op == VectorOp.VADD) | (is_vpool & average)
-        scaled_in = valid & ((op == VectorOp.VADD) | (is_vpool & average & pay.last))
+        scaled_op = is_vadd | (is_vpool & average)
+        scaled_in = valid & (is_vadd | (is_vpool & average & pay.last))
         reduction = is_vpool | is_vcmp | is_vargmax
         # A scaled word is VADD's or, where VPOOL averages, an average's sums.
         sums = is_vpool if cfg.pool_average else Const(0)
@@ -274,7 +277,7 @@ class CompactVectorAlu(VectorAlu):
         m.d.sync += word.eq(0)
         with m.If(is_vpool):
             m.d.sync += [word[j].eq(pooled[j]) for j in range(lanes)]
-        with m.If(op == VectorOp.VCLAMP):
+        with m.If(is_vclamp):
             to_hi = below(pay.hi, pay.lo)
             m.d.sync += [word[j].eq(Mux(to_hi | below(pay.hi, a[j]), pay.hi,
                                         Mux(below(a[j], pay.lo), pay.lo, a[j])))
@@ -335,9 +338,12 @@ class CompactVectorAlu(VectorAlu):
         # (its accumulators and `mult` are the MAC array's and the compute unit's
         # registers), on the same multipliers: `requant` registered chooses.
         row_next = _row_held(m, self.rq, group, tail)
-        rows = _register(m, self.requant, "rows")
+        # (Without the word operations every product is a row's: no choice, and no
+        # word terms.)
+        rows = _register(m, self.requant, "rows") if cfg.word_ops else Const(1)
         prods = [_product_sum(m, rows, [(row_next.acc[j], row_next.mult)],
-                              [(opa[j], regs.mult_a), (opb[j], regs.mult_b)],
+                              [(opa[j], regs.mult_a), (opb[j], regs.mult_b)]
+                              if cfg.word_ops else [],
                               f"prod{j}", short=True)
                  for j in range(group)]
         # The shift of the operands' cycle, a row's (its own, with a per-channel table)

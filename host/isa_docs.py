@@ -450,8 +450,10 @@ def markdown():
       "with `n` 0, with `column` and a `lane` of `word_bytes` or more, with a `lane` but "
       "no `column`, or with a `flag` or `expect` but no `test`, `vcfg` of a register "
       "that does not exist), or an instruction the tile does not build: `vcmp` and "
-      "`vargmax` on a tile without them (`HWCFG_CTRL.no_decisions`), `vpool` with "
-      "`average` on a tile whose VPOOL takes maxima only "
+      "`vargmax` on a tile without them (`HWCFG_CTRL.no_decisions`), `vadd`, `vpool` "
+      "and `vclamp` on a tile without them (`HWCFG_GMEM.no_word_ops`, "
+      "`TileConfig.word_ops` False: the iCEBreaker's, which runs networks of Gemms), "
+      "`vpool` with `average` on a tile whose VPOOL takes maxima only "
       "(`HWCFG_ARRAY.no_pool_average`).")
     w("")
     w("**Compute faults are precise.** The operands of a compute instruction are "

@@ -1162,6 +1162,11 @@ def compile_graph(graph, config, *, policy="none", groups=None, lanes=None,
     if sel and not config.decisions:
         raise CompileError(sel.name, "Select", "a data-dependent choice is made by VCMP or "
                            "VARGMAX, which this tile does not build (TileConfig.decisions)")
+    word_op = next((op for op in graph.ops if isinstance(op, (Add, MaxPool, Clamp))), None)
+    if word_op and not config.word_ops:
+        raise CompileError(word_op.name, type(word_op).__name__, "an Add, MaxPool or Clamp "
+                           "is made by VADD, VPOOL or VCLAMP, which this tile does not "
+                           "build (TileConfig.word_ops)")
     if flow_lanes and lanes not in (None, 1):
         raise CompileError(sel.name, "Select", "a data-dependent choice is made once per "
                            "run, so a run carries one sample: lanes must be 1")

@@ -116,6 +116,14 @@ class TileConfig:
         takes maxima only. The compiler never asks for it (an AvgPool is a
         convolution, exact in ACC), and on the iCEBreaker it was about 450 LUTs:
         the sums widened the multipliers' operands.
+    word_ops : bool
+        Whether VADD, VPOOL and VCLAMP are built: the vector unit's operations on
+        streams of words (a network's Add, MaxPool and Clamp). Without them the three
+        are ILLEGAL_MICRO and the compiler refuses those nodes; a dense network (Gemm:
+        MATMUL, ACC_BIAS and REQUANT, whose clamp is a ReLU's) needs none of them. The
+        iCEBreaker's choice (about 1,200 of its logic cells: the vector unit's word
+        path and second lane multiplier's operands, the compute unit's window walk,
+        the operand check's formats); ``pool_average`` means nothing without them.
     slot_versions : bool
         Whether each kernel slot keeps the host's 16-bit version tag
         (``SLOT[i].version``), which only the host reads: without it the field is not
@@ -171,10 +179,11 @@ class TileConfig:
     decisions: bool = True
     pool_average: bool = True
     slot_versions: bool = True
+    word_ops: bool = True
 
     # Parts that are built or not, and how.
     _SWITCHES = ("slot_counters", "branch_counters", "bank_counters", "compact",
-                 "decisions", "pool_average", "slot_versions")
+                 "decisions", "pool_average", "slot_versions", "word_ops")
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {

@@ -103,7 +103,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import arith
-from .operands import STRIDED_OPS, illegal_operands, operand_ends
+from .operands import check_latency, illegal_operands, operand_ends
 from .config import TileConfig, MAC_LATENCY
 from .isa import (PlanOp, PlanInstr, MicroOp, MicroInstr, GmemBase, FaultCause, TraceRecord,
                   DmaArgs, WaitArgs, MatmulArgs, AccBiasArgs, RequantArgs, VaddArgs, VpoolArgs,
@@ -226,9 +226,9 @@ class _Transfer:
 
 def _check_cycles(config, op):
     """Cycles compute micro-instruction ``op`` spends in the operand check: its stages,
-    the last registering the answer (:meth:`TileConfig.check_latency` + 1), VPOOL's a
-    stage more (its input's two products are added)."""
-    return config.check_latency(op in STRIDED_OPS) + 1 + (op == MicroOp.VPOOL)
+    the last registering the answer (:func:`~fusetile.kernels.operands.check_latency`
+    + 1)."""
+    return check_latency(op, config) + 1
 
 
 _VCFG_BITS = {

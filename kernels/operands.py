@@ -18,7 +18,8 @@ from .config import TileConfig
 from .isa import MicroOp, VectorCfg
 
 
-__all__ = ["MAX_OPERANDS", "STRIDED_OPS", "operand_ends", "illegal_operands"]
+__all__ = ["MAX_OPERANDS", "STRIDED_OPS", "WORD_OPS", "operand_ends", "illegal_operands",
+           "check_latency"]
 
 
 #: The most scratchpad operands a compute micro-instruction has (VADD: a, b, out).
@@ -27,6 +28,10 @@ MAX_OPERANDS = 3
 #: The operations whose operand ends take ``count x stride`` products (MATMUL's inputs,
 #: REQUANT's output, VPOOL's input): the others' ends are a base and a small extra.
 STRIDED_OPS = frozenset({MicroOp.MATMUL, MicroOp.REQUANT, MicroOp.VPOOL})
+
+#: The vector unit's operations on streams of words, which a tile may leave out
+#: (:attr:`~fusetile.kernels.config.TileConfig.word_ops`).
+WORD_OPS = frozenset({MicroOp.VADD, MicroOp.VPOOL, MicroOp.VCLAMP})
 
 
 def _words(lanes, word_bytes):
@@ -39,15 +44,18 @@ def illegal_operands(op, f, config=None):
     ``n`` 0, with ``column`` and a ``lane`` of ``config.word_bytes`` or more, without
     ``column`` and a ``lane`` other than 0, or without ``test`` and a ``flag`` or
     ``expect`` other than 0; VCFG of a register that does not exist. On a tile without
-    :attr:`~fusetile.kernels.config.TileConfig.decisions` every VCMP and VARGMAX, and
-    without :attr:`~fusetile.kernels.config.TileConfig.pool_average` a VPOOL with
-    ``average``.
+    :attr:`~fusetile.kernels.config.TileConfig.decisions` every VCMP and VARGMAX,
+    without :attr:`~fusetile.kernels.config.TileConfig.word_ops` every VADD, VPOOL and
+    VCLAMP, and without :attr:`~fusetile.kernels.config.TileConfig.pool_average` a
+    VPOOL with ``average``.
 
     ``config`` (a :class:`~fusetile.kernels.config.TileConfig`; ``None``: the default
     configuration) gives the word size VARGMAX's ``lane`` is checked against, and what
     the tile has built."""
     config = TileConfig() if config is None else config
     if op in (MicroOp.VCMP, MicroOp.VARGMAX) and not config.decisions:
+        return True
+    if op in WORD_OPS and not config.word_ops:
         return True
     if op == MicroOp.VPOOL:
         return f["window"] == 0 or (f["average"] != 0 and not config.pool_average)
@@ -113,3 +121,13 @@ def operand_ends(op, f, config):
     if op == MicroOp.VCFG:
         return []
     raise ValueError(f"op must be a compute micro-op, not {op!r}")
+
+
+def check_latency(op, config):
+    """Cycles from the operand check's start to its answer for compute micro-instruction
+    ``op`` on ``config``'s tile: :meth:`TileConfig.check_latency` of whether its ends
+    take ``count x stride`` products, VPOOL's a cycle more (its input's two products
+    are added). An operation the tile does not build (``word_ops``) has no ends: it
+    takes neither."""
+    built = config.word_ops or op not in WORD_OPS
+    return config.check_latency(built and op in STRIDED_OPS) + (built and op == MicroOp.VPOOL)

@@ -396,9 +396,11 @@ class _KernelBuilder:
            ("vargmax", 5), ("vcfg", 10), ("nop", 2))
 
     def random_op(self):
-        # (VCMP and VARGMAX only where they are built: TileConfig.decisions.)
+        # (VCMP and VARGMAX only where they are built, TileConfig.decisions; VADD,
+        # VPOOL and VCLAMP likewise, word_ops.)
         names, weights = zip(*(op for op in self.OPS
-                               if self.cfg.decisions or op[0] not in ("vcmp", "vargmax")))
+                               if (self.cfg.decisions or op[0] not in ("vcmp", "vargmax")) and
+                               (self.cfg.word_ops or op[0] not in ("vadd", "vpool", "vclamp"))))
         name = self.rng.choices(names, weights)[0]
         if name == "store":
             self.dma(store=True)
@@ -665,14 +667,22 @@ def _prologue(config):
     bias = -(-4 * config.rows // config.word_bytes)
     body = [dma_load(gmem=0, spad=0, cols=SPAN_WORDS), wait()]
     body += [vcfg(reg, 0) for reg in VectorCfg if reg not in (VectorCfg.LO, VectorCfg.HI)]
-    body += [vcfg(VectorCfg.LO, -128), vcfg(VectorCfg.HI, 127)]
-    zeros = SPAN_WORDS - bias
-    body += [vclamp(src=0, out=zeros, n=bias, lo=0, hi=0), acc_bias(zeros)]
+    if config.word_ops:
+        zeros = SPAN_WORDS - bias
+        body += [vcfg(VectorCfg.LO, -128), vcfg(VectorCfg.HI, 127),
+                 vclamp(src=0, out=zeros, n=bias, lo=0, hi=0), acc_bias(zeros)]
+    else:
+        # (No VCLAMP: REQUANT clamped to [0, 0] writes ACC's rows as zeros, at least
+        # as many words as the bias.)
+        zeros = SPAN_WORDS - config.rows
+        body += [vcfg(VectorCfg.LO, 0), vcfg(VectorCfg.HI, 0), requant(out=zeros),
+                 vcfg(VectorCfg.LO, -128), vcfg(VectorCfg.HI, 127), acc_bias(zeros)]
     if config.decisions:        # (else nothing writes them: they stay 0)
         body += [vcmp(addr=0, lane=0, op="LT", imm=-128, flag=f) for f in range(FLAGS)]
         body += [vargmax(addr=0, n=1, index=x) for x in range(INDEX_REGS)]
     # Restore the words the zeros went to (the program sees GMEM's image).
-    body += [wait(compute=True), dma_load(gmem=zeros, spad=zeros, cols=bias), ret()]
+    body += [wait(compute=True), dma_load(gmem=zeros, spad=zeros, cols=SPAN_WORDS - zeros),
+             ret()]
     return body
 
 

@@ -20,7 +20,8 @@ from fusetile.kernels.isa import (FaultCause, GmemBase, PlanOp, PlanInstr, CmpOp
                                   INDEX_REGS)
 from fusetile.kernels.program import (call, done, mark, nop, ret, wait, dma_load, dma_store,
                                       jump, branch, switch, assume, commit, matmul, acc_bias,
-                                      micro_nop, requant, vcfg, vcmp, vargmax, vpool)
+                                      micro_nop, requant, vadd, vcfg, vclamp, vcmp, vargmax,
+                                      vpool)
 
 
 __all__ = ["SCENARIOS"]
@@ -610,7 +611,8 @@ def vector_flags_steer_the_plan(dev):
     """VCMP sets a flag that BRANCH tests; VARGMAX sets an index that SWITCH uses. On a
     tile without them (``TileConfig.decisions`` False) each is an illegal
     micro-instruction that writes nothing, and the flags and index registers stay 0;
-    without ``pool_average`` so is an averaging VPOOL."""
+    without ``pool_average`` so is an averaging VPOOL, and without ``word_ops`` every
+    VADD, VPOOL and VCLAMP."""
     wb = dev.config.word_bytes
     lanes = np.array([3, -7, 25, 25, 9, -128, 0, 1] * (wb // 8), dtype=np.int8)
     dev.write_window("GMEM", 0, lanes.tobytes())
@@ -621,8 +623,11 @@ def vector_flags_steer_the_plan(dev):
         vargmax(addr=0, n=8, index=1),                                    # lanes 2, 3: 2
     ]
     average = vpool(src=0, out=1, n=1, window=1, stride=1, step=1, average=True)
+    words = [vadd(a=0, b=0, out=1, n=1), vpool(src=0, out=1, n=1, window=1, stride=1, step=1),
+             vclamp(src=0, out=1, n=1, lo=0, hi=127)]
     left_out = (([] if dev.config.pool_average else [average]) +
-                ([] if dev.config.decisions else decisions))
+                ([] if dev.config.decisions else decisions) +
+                ([] if dev.config.word_ops else words))
     for instr in left_out:
         dev.load_kernel(0, [dma_load(gmem=0, spad=0), wait(), instr, ret()], part=0)
         err = _fault(dev, [call(0), done()])

@@ -401,6 +401,21 @@ def test_a_tile_without_decisions_refuses_a_data_dependent_network():
     compile_graph(graph, TileConfig())
 
 
+def test_a_tile_without_word_ops_refuses_a_convolutional_network():
+    """On a tile without VADD, VPOOL and VCLAMP (word_ops False) the compiler refuses a
+    network with a MaxPool under every policy, naming the node; the MLP (Gemms
+    alone) compiles."""
+    config = TileConfig(word_ops=False)
+    graph = _workload("cnn")
+    pool = next(op for op in graph.ops if type(op).__name__ == "MaxPool")
+    message = (f"node '{pool.name}' \\(MaxPool\\): an Add, MaxPool or Clamp is made by "
+               "VADD, VPOOL or VCLAMP, which this tile does not build")
+    for policy in POLICIES:
+        with pytest.raises(CompileError, match=message):
+            compile_graph(graph, config, policy=policy)
+    compile_graph(_workload("mlp"), config)
+
+
 def test_a_tile_without_a_trace_keeps_the_first_plan(cnn):
     """On a tile without a trace FIFO the profiler has runs but no unit profiles, in
     which every unit would look as if it never ran: the runner keeps the static

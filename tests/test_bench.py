@@ -49,16 +49,17 @@ def test_problem_checks():
         tiled_matmul(cfg, MatmulProblem(m=64, n=8, k=1024))
 
 
-@pytest.mark.parametrize("decisions, reason", [
+@pytest.mark.parametrize("built, reason", [
     (False, "which this tile does not build"),
     (True, "the tile has 4 slots"),
 ], ids=["icebreaker", "with-decisions"])
-def test_workloads_that_do_not_fit_are_skipped_with_their_reason(decisions, reason):
+def test_workloads_that_do_not_fit_are_skipped_with_their_reason(built, reason):
     """On the iCEBreaker's configuration a data-dependent network does not compile: the
-    tile builds no VCMP or VARGMAX, and with them its plan would not fit in 4 kernel
-    slots. The suite leaves it out, saying why, and runs the others; asked with no
-    list to report it in (one workload, as the digits demo asks), it raises."""
-    config = replace(BOARDS["icebreaker"].config, decisions=decisions)
+    tile builds no VCMP or VARGMAX (nor the VADD its residual needs), and with them its
+    plan would not fit in 4 kernel slots. The suite leaves it out, saying why, and runs
+    the others; asked with no list to report it in (one workload, as the digits demo
+    asks), it raises."""
+    config = replace(BOARDS["icebreaker"].config, decisions=built, word_ops=built)
     with open_transport("model", config=config) as transport:
         dev = Device(transport)
         skipped = []

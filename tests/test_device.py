@@ -206,6 +206,18 @@ def test_a_tile_without_decisions_or_averages():
     assert (values["HWCFG_CTRL"] >> 31, values["HWCFG_ARRAY"] >> 31) == (0, 0)
 
 
+def test_a_tile_without_word_ops():
+    """word_ops False: HWCFG_GMEM.no_word_ops (bit 24, above any GMEM size) reads 1 and
+    the profile reads back so; a tile that has them (every tile before the field)
+    reads 0 there."""
+    config = TileConfig(word_ops=False, gmem_bytes=1 << 20)
+    mm = tile_memory_map(config)
+    gmem = mm["HWCFG_GMEM"].item.unpack(hwcfg_values(config)["HWCFG_GMEM"])
+    assert (gmem.no_word_ops, gmem.bytes) == (1, 1 << 20)
+    assert hwcfg_values(TileConfig())["HWCFG_GMEM"] >> 24 == 0
+    assert Device(FakeTile(config)).config == config
+
+
 def test_a_tile_without_slot_versions():
     """slot_versions False: HWCFG_CTRL's no_slot_versions (bit 7, above any slot count)
     reads 1 and the profile reads back so; SLOT[i] has no version field, and

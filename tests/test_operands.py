@@ -12,7 +12,7 @@ from fusetile.hdl.operands import OperandCheck
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import COMPUTE_OPS, MicroInstr, MicroOp
 from fusetile.kernels.model import decode_micro
-from fusetile.kernels.operands import MAX_OPERANDS, STRIDED_OPS, illegal_operands, operand_ends
+from fusetile.kernels.operands import MAX_OPERANDS, check_latency, illegal_operands, operand_ends
 from fusetile.kernels.program import (acc_bias, matmul, requant, vadd, vargmax, vclamp, vcmp,
                                       vpool)
 
@@ -61,7 +61,8 @@ def test_vargmax_illegal_operands():
 
 def test_instructions_not_built_are_illegal():
     """Without ``decisions`` every VCMP and VARGMAX is illegal, whatever its operands;
-    without ``pool_average`` a VPOOL that averages; the other operations are not."""
+    without ``word_ops`` every VADD, VPOOL and VCLAMP; without ``pool_average`` a VPOOL
+    that averages; the other operations are not."""
     def fields(op, **args):
         return decode_micro(MicroInstr.const({"op": op, "args": {
             op.name.lower(): args}}).as_bits())[1]
@@ -77,6 +78,15 @@ def test_instructions_not_built_are_illegal():
     assert not illegal_operands(MicroOp.VPOOL, maximum, lean)
     assert illegal_operands(MicroOp.VCMP, vcmp, replace(lean, pool_average=True))
     assert not illegal_operands(MicroOp.VPOOL, average, replace(lean, pool_average=True))
+    # Without word_ops: VADD, VPOOL and VCLAMP, whatever their operands.
+    no_words = replace(lean, word_ops=False)
+    for op, f in ((MicroOp.VADD, fields(MicroOp.VADD, n=2)), (MicroOp.VPOOL, maximum),
+                  (MicroOp.VCLAMP, fields(MicroOp.VCLAMP, n=2, lo=-3, hi=3))):
+        assert not illegal_operands(op, f, lean), op
+        assert illegal_operands(op, f, no_words), op
+    for op, f in ((MicroOp.MATMUL, fields(MicroOp.MATMUL, k=2)),
+                  (MicroOp.REQUANT, fields(MicroOp.REQUANT))):
+        assert not illegal_operands(op, f, no_words), op
 
 
 def _random_instructions(rng, count):
@@ -96,7 +106,7 @@ def _random_instructions(rng, count):
 @pytest.mark.parametrize("config", [TileConfig(), TileConfig(rows=4, cols=4, word_bytes=4),
                                     TileConfig(rows=2, cols=2, word_bytes=4, compact=True),
                                     TileConfig(rows=2, cols=2, word_bytes=4, compact=True,
-                                               decisions=False, pool_average=False)],
+                                               decisions=False, pool_average=False, word_ops=False)],
                          ids=["8x8", "4x4", "2x2-compact", "2x2-left-out"])
 def test_gateware_matches_reference(config):
     """Legality, ends and which ends are outside the partition, the partition's limit
@@ -126,7 +136,7 @@ def test_gateware_matches_reference(config):
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            latency = config.check_latency(op in STRIDED_OPS) + (op == MicroOp.VPOOL)
+            latency = check_latency(op, config)
             for _ in range(latency - 1):
                 assert not ctx.get(dut.valid), (op, f)
                 await ctx.tick()

@@ -60,7 +60,8 @@ LEFT_OUT_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clea
                          ids=lambda s: s.__name__)
 def test_scenario_with_parts_left_out(scenario, compact):
     config = replace(CONFIG, trace_depth=0, staging_words=0, decisions=False,
-                     pool_average=False, dma_queue=0, slot_versions=False, compact=compact)
+                     pool_average=False, dma_queue=0, slot_versions=False, word_ops=False,
+                     compact=compact)
     with open_transport("amaranth", config=config) as transport:
         dev = Device(transport)
         assert dev.config == config and not dev.config.traced and not dev.config.speculates
