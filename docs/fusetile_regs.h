@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 373144fb736fc840. */
+ * Generated for hardware profile 6f67ac5bf205bd4a. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         4
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "373144fb736fc840"
+#define FT_PROFILE_HASH                          "6f67ac5bf205bd4a"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -35,6 +35,7 @@
 #define FT_CFG_DECISIONS                         1
 #define FT_CFG_POOL_AVERAGE                      1
 #define FT_CFG_SLOT_VERSIONS                     1
+#define FT_CFG_WORD_OPS                          1
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
@@ -112,10 +113,12 @@
 #define FT_HWCFG_CTRL_NO_DECISIONS_SHIFT         31
 #define FT_HWCFG_CTRL_NO_DECISIONS_MASK          0x80000000u  /* R */
 
-/* HWCFG_GMEM: Global memory configuration. */
+/* HWCFG_GMEM: Global memory configuration, and whether the word operations are built. */
 #define FT_HWCFG_GMEM_ADDR                       0x0014u
 #define FT_HWCFG_GMEM_BYTES_SHIFT                0
 #define FT_HWCFG_GMEM_BYTES_MASK                 0x00FFFFFFu  /* R */
+#define FT_HWCFG_GMEM_NO_WORD_OPS_SHIFT          24
+#define FT_HWCFG_GMEM_NO_WORD_OPS_MASK           0x01000000u  /* R */
 
 /* CTRL: Commands. */
 #define FT_CTRL_ADDR                             0x0020u
