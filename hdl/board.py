@@ -168,17 +168,18 @@ BOARDS = {b.name: b for b in (
         # averaging VPOOL, which the compiler never asks for (`pool_average`), no
         # kernel version tags, which only the host reads (`slot_versions`: about 125
         # logic cells), no VADD, VPOOL or VCLAMP (`word_ops`: a network of Gemms, as
-        # the digits MLP, needs none; the CNNs do not run here), the units built for
-        # area where they have such a build (`compact`). The tile still needs more
-        # than a UP5K's 5,280 logic cells (docs/fpga.md): the architecture has to
-        # shrink further.
+        # the digits MLP, needs none; the CNNs do not run here), no watchdog (the
+        # host stops a plan that runs too long with CTRL.abort: about 200 logic
+        # cells), the units built for area where they have such a build
+        # (`compact`). The tile still needs more than a UP5K's 5,280 logic cells
+        # (docs/fpga.md): the architecture has to shrink further.
         config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=2, spad_bank_words=256,
                           partitions=1, kernel_slots=4, slot_depth=64, plan_depth=64,
                           gmem_bytes=128 * 1024, trace_depth=0, staging_words=0,
                           dma_queue=0, slot_counters=False, branch_counters=False,
                           bank_counters=False, vector_lanes=1, compact=True,
                           decisions=False, pool_average=False, slot_versions=False,
-                          word_ops=False),
+                          word_ops=False, watchdog=False),
         clock_hz=24e6,
         gmem_ports="single",
         store_ports="shared",

@@ -110,7 +110,8 @@ class ControlUnit(wiring.Component):
         Host commands (one-cycle pulses from CTRL). ``abort`` is taken the cycle after
         its pulse.
     watchdog_limit : In(32)
-        Cycle limit for one plan run; 0 disables the watchdog.
+        Cycle limit for one plan run; 0 disables the watchdog (unused on a tile
+        without one: ``TileConfig.watchdog``).
     slot_valid : In(kernel_slots)
         Slot table: which slots may be called.
     slot_part : In(ArrayLayout(4, kernel_slots))
@@ -306,7 +307,8 @@ class ControlUnit(wiring.Component):
         arg_a = Signal(24, name="arg_a") if copied else None
         arg_b = Signal(24, name="arg_b") if copied else None
         part = self.kernel_part
-        watchdog = Signal(32)
+        # A plan run's cycles, for the watchdog (a tile may have none: `watchdog`).
+        watchdog = Signal(32, name="watchdog") if cfg.watchdog else None
 
         # Statistics of the current kernel call, for its trace record (none without a
         # trace FIFO).
@@ -476,8 +478,6 @@ class ControlUnit(wiring.Component):
                 ]
 
         m.d.comb += self.events.active.eq(self.running)
-        with m.If(self.running):
-            m.d.sync += watchdog.eq(watchdog + 1)
         # Whether the watchdog is at its limit, worked out a cycle ahead from the
         # count's next value (START zeroes it) and registered: the 32-bit comparison in
         # front of the fault decision was the ULX3S build's routed worst path (ad84542).
@@ -485,11 +485,14 @@ class ControlUnit(wiring.Component):
         # running bit is the adder's carry in and the comparison the sign of a
         # subtraction, two carry chains: ABC built the comparison as six LUTs after
         # the adder (10.29 ns of c475267's routed paths, docs/fpga-timing.md step 39).
-        watchdog_next = Signal(32)
         watchdog_hit = Signal()     # (not registered alone: `hard_hit`, below)
-        m.d.comb += [watchdog_next.eq(watchdog + self.running),
-                     watchdog_hit.eq((self.watchdog_limit != 0) &
-                                     at_least(watchdog_next, self.watchdog_limit))]
+        if cfg.watchdog:
+            with m.If(self.running):
+                m.d.sync += watchdog.eq(watchdog + 1)
+            watchdog_next = Signal(32)
+            m.d.comb += [watchdog_next.eq(watchdog + self.running),
+                         watchdog_hit.eq((self.watchdog_limit != 0) &
+                                         at_least(watchdog_next, self.watchdog_limit))]
         # The watchdog at its limit or the host's abort, in one flip-flop: the fault
         # decision has one source for both (`hard_fault`, below), and `abort_taken`
         # chooses the cause (the host's over the watchdog's). The abort is taken
@@ -881,8 +884,10 @@ class ControlUnit(wiring.Component):
                     self.running.eq(1), faults_running.eq(1), self.done.eq(0),
                     self.plan_pc.eq(0),
                     plan_pc_outside.eq(0), self.exec_bank.eq(self.active_bank),
-                    watchdog.eq(0), state.eq(_State.PLAN_FETCH.code),
+                    state.eq(_State.PLAN_FETCH.code),
                 ]
+                if cfg.watchdog:
+                    m.d.sync += watchdog.eq(0)
 
         with m.If(at(_State.PLAN_FETCH)):
             m.d.sync += plan_ir.eq(self.plan_rd_data)
@@ -1090,8 +1095,12 @@ class ControlUnit(wiring.Component):
         # watchdog's).
         m.d.comb += hard_fault.eq(faults_running & hard_hit)
         with m.If(hard_fault):
-            raise_overriding_fault(Mux(abort_taken, FaultCause.ABORTED, FaultCause.WATCHDOG),
-                                   Mux(abort_taken, 0, watchdog))
+            if cfg.watchdog:
+                raise_overriding_fault(Mux(abort_taken, FaultCause.ABORTED,
+                                           FaultCause.WATCHDOG),
+                                       Mux(abort_taken, 0, watchdog))
+            else:
+                raise_overriding_fault(FaultCause.ABORTED, 0)
         stop = Signal()
         m.d.comb += stop.eq(fault & ~self.speculating | hard_fault)
 

@@ -174,14 +174,18 @@ def tile_memory_map(config):
                   "ILLEGAL_MICRO, and the flags and index registers stay 0 "
                   "(TileConfig.decisions False; tiles before it read 0 and have them)."),
         ], "Control configuration."), 0x010, group="identity")
-    # (HWCFG_GMEM's upper byte, which `bytes` does not need, holds the last flag: a
+    # (HWCFG_GMEM's upper byte, which `bytes` does not need, holds the last flags: a
     # register of its own would change the ULX3S's CSR multiplexer, and its route.)
     reg(Register("HWCFG_GMEM", [
             Field("bytes", 24, R, doc="GMEM size in bytes."),
             Field("no_word_ops", 1, R, doc="VADD, VPOOL and VCLAMP are not built: they "
                   "are ILLEGAL_MICRO (TileConfig.word_ops False; tiles before it read 0 "
                   "and have them)."),
-        ], "Global memory configuration, and whether the word operations are built."),
+            Field("no_watchdog", 1, R, doc="There is no watchdog: no WATCHDOG register, "
+                  "and a plan runs until DONE, a fault or the host's abort "
+                  "(TileConfig.watchdog False; tiles before it read 0 and have one)."),
+        ], "Global memory configuration, and whether the word operations and the "
+           "watchdog are built."),
         0x014, group="identity")
 
     # -- control and status -------------------------------------------------------
@@ -203,9 +207,13 @@ def tile_memory_map(config):
             Field("speculating", 1, R, doc="A speculative region (ASSUME .. COMMIT) is open."),
             Field("exec_bank", 1, R, doc="Bank being executed (the other one after a miss)."),
         ], "Tile state."), 0x024, group="control")
-    reg(Register("WATCHDOG", [Field("limit", 32, RW, doc="Cycle limit per plan run; 0 = off.")],
-                 "Watchdog: a plan still running after `limit` cycles faults with WATCHDOG."),
-        0x028, group="control")
+    if config.watchdog:
+        reg(Register("WATCHDOG", [Field("limit", 32, RW,
+                                        doc="Cycle limit per plan run; 0 = off.")],
+                     "Watchdog: a plan still running after `limit` cycles faults with "
+                     "WATCHDOG. Not built on a tile without a watchdog "
+                     "(HWCFG_GMEM.no_watchdog)."),
+            0x028, group="control")
     reg(Register("IRQ_ENABLE", [
             Field("done", 1, RW, doc="Raise `irq` while STATUS.done."),
             Field("fault", 1, RW, init=1, doc="Raise `irq` while STATUS.faulted."),
@@ -355,7 +363,8 @@ def hwcfg_values(config):
                            compact=int(config.compact),
                            no_decisions=int(not config.decisions)),
         "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes,
-                           no_word_ops=int(not config.word_ops)),
+                           no_word_ops=int(not config.word_ops),
+                           no_watchdog=int(not config.watchdog)),
     }
 
 
@@ -401,5 +410,6 @@ def config_from_hwcfg(values):
         pool_average=not int(array.no_pool_average),
         slot_versions=not int(ctrl.no_slot_versions),
         word_ops=not int(gmem.no_word_ops),
+        watchdog=not int(gmem.no_watchdog),
         gmem_bytes=int(gmem.bytes),
     )

@@ -204,7 +204,7 @@ class Tile(wiring.Component):
             ctrl.swap.eq(f["CTRL"]["swap"]),
             ctrl.clear_fault.eq(f["CTRL"]["clear_fault"]),
             ctrl.abort.eq(f["CTRL"]["abort"]),
-            ctrl.watchdog_limit.eq(f["WATCHDOG"]["limit"]),
+            *([ctrl.watchdog_limit.eq(f["WATCHDOG"]["limit"])] if cfg.watchdog else []),
 
             f["STATUS"]["running"].eq(ctrl.running),
             f["STATUS"]["done"].eq(ctrl.done),

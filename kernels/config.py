@@ -124,6 +124,12 @@ class TileConfig:
         iCEBreaker's choice (about 1,200 of its logic cells: the vector unit's word
         path and second lane multiplier's operands, the compute unit's window walk,
         the operand check's formats); ``pool_average`` means nothing without them.
+    watchdog : bool
+        Whether the control unit has a watchdog (the ``WATCHDOG`` register, and a
+        plan run's cycle count compared with it). Without it the register is not in
+        the map (its address answers a bus error) and a plan that runs too long runs
+        until the host stops it: ``CTRL.abort``, after ``Device.wait_done``'s
+        timeout. The iCEBreaker's choice (about 200 of its logic cells).
     slot_versions : bool
         Whether each kernel slot keeps the host's 16-bit version tag
         (``SLOT[i].version``), which only the host reads: without it the field is not
@@ -180,10 +186,11 @@ class TileConfig:
     pool_average: bool = True
     slot_versions: bool = True
     word_ops: bool = True
+    watchdog: bool = True
 
     # Parts that are built or not, and how.
     _SWITCHES = ("slot_counters", "branch_counters", "bank_counters", "compact",
-                 "decisions", "pool_average", "slot_versions", "word_ops")
+                 "decisions", "pool_average", "slot_versions", "word_ops", "watchdog")
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {

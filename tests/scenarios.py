@@ -10,9 +10,11 @@ as a check that the host runtime can drive every part of the tile.
 """
 
 import random
+from dataclasses import replace
 
 import numpy as np
 
+from fusetile.hdl.regmap import tile_memory_map
 from fusetile.host.device import TileFault
 from fusetile.host.transport import BusError
 from fusetile.kernels import arith
@@ -329,9 +331,27 @@ def trace_fifo(dev):
 
 
 def watchdog(dev):
-    """A plan that runs too long is stopped by the watchdog; the DMA stops with it."""
+    """A plan that runs too long is stopped by the watchdog; the DMA stops with it. A
+    tile without one (``TileConfig.watchdog`` False) has no WATCHDOG register: its
+    address answers a bus error, the plan runs on past the host's wait, and the
+    host's abort stops it."""
     dev.set_partition(0, base=0, length=512)
     dev.load_kernel(0, [dma_load(gmem=0, spad=0, rows=8, cols=64), ret()], part=0)
+    if not dev.config.watchdog:
+        assert "WATCHDOG" not in dev.regs
+        # (where the register is on a tile that has one)
+        addr = tile_memory_map(replace(dev.config, watchdog=True))["WATCHDOG"].addr
+        _raises(BusError, dev.transport.write32, addr, 100)
+        _raises(BusError, dev.transport.read32, addr)
+        dev.load_plan([call(0), call(0), done()])
+        dev.start()
+        _raises(TimeoutError, dev.wait_done, timeout_cycles=300, poll_cycles=16)
+        assert int(dev.status().running)
+        dev.abort()
+        assert dev.fault().cause == FaultCause.ABORTED
+        dev.clear_fault()
+        _run(dev, [done()])
+        return
     dev.regs.WATCHDOG.write(limit=100)
     err = _fault(dev, [call(0), done()])
     assert err.cause == FaultCause.WATCHDOG and err.addr == 100 and err.in_kernel

@@ -218,6 +218,19 @@ def test_a_tile_without_word_ops():
     assert Device(FakeTile(config)).config == config
 
 
+def test_a_tile_without_a_watchdog():
+    """watchdog False: HWCFG_GMEM.no_watchdog (bit 25) reads 1, the profile reads back
+    so, and the map has no WATCHDOG register (a tile with one reads 0 there)."""
+    config = TileConfig(watchdog=False, word_ops=False)
+    mm = tile_memory_map(config)
+    gmem = mm["HWCFG_GMEM"].item.unpack(hwcfg_values(config)["HWCFG_GMEM"])
+    assert (gmem.no_watchdog, gmem.no_word_ops) == (1, 1)
+    assert "WATCHDOG" not in mm and "WATCHDOG" in tile_memory_map(TileConfig())
+    assert hwcfg_values(TileConfig())["HWCFG_GMEM"] >> 25 == 0
+    dev = Device(FakeTile(config))
+    assert dev.config == config and "WATCHDOG" not in dev.regs
+
+
 def test_a_tile_without_slot_versions():
     """slot_versions False: HWCFG_CTRL's no_slot_versions (bit 7, above any slot count)
     reads 1 and the profile reads back so; SLOT[i] has no version field, and

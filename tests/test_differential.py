@@ -129,8 +129,8 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed, left_out):
     control unit's port only when it fetches (every way into a fetch must ask for
     the read), GMEM behind one port, a DMA queue of one command, the units built for
     area and a vector unit that scales a word in passes; with no DMA queue, no trace
-    FIFO, no speculation, no VCMP or VARGMAX, no VADD, VPOOL or VCLAMP and no slot
-    version tags (the iCEBreaker's:
+    FIFO, no speculation, no VCMP or VARGMAX, no VADD, VPOOL or VCLAMP, no slot
+    version tags and no watchdog (the iCEBreaker's:
     ASSUME is
     illegal, and seed 33's three programs stop with ILLEGAL_PLAN at their regions; the
     programs make no VCMP, VARGMAX, VADD, VPOOL or VCLAMP but where a fault is meant),
@@ -140,7 +140,8 @@ def test_model_matches_rtl_with_the_small_boards_memories(seed, left_out):
     config = replace(COMPACT, dma_queue=1, vector_lanes=2)
     if left_out:
         config = replace(config, trace_depth=0, staging_words=0, decisions=False,
-                         pool_average=False, dma_queue=0, slot_versions=False, word_ops=False)
+                         pool_average=False, dma_queue=0, slot_versions=False, word_ops=False,
+                         watchdog=False)
     top = CheckedTile(config, gmem_ports="single", store_ports="shared", trace_width=64)
     with open_transport("model", config=config) as model, \
             open_transport("amaranth", config=config, top=top) as rtl:

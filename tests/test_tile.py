@@ -45,14 +45,16 @@ def test_compact_scenario(scenario):
 
 
 #: The scenarios that see a tile without a trace FIFO, speculation, VCMP and VARGMAX,
-#: an averaging VPOOL, a DMA queue and slot version tags (the iCEBreaker's): the TRACE
-#: registers' bus errors, the counters that go on without it (CYCLES among the others in the
-#: counters' RAM), the calls that push no record, ASSUME and COMMIT illegal, the DMA's
-#: stores straight into GMEM, its commands straight into the engine, the instructions
-#: not built illegal and the flags and index registers 0.
+#: an averaging VPOOL, VADD, VPOOL and VCLAMP, a DMA queue, slot version tags and a
+#: watchdog (the iCEBreaker's): the TRACE registers' bus errors, the counters that go on
+#: without it (CYCLES among the others in the counters' RAM), the calls that push no
+#: record, ASSUME and COMMIT illegal, the DMA's stores straight into GMEM, its commands
+#: straight into the engine, the instructions not built illegal and the flags and index
+#: registers 0, WATCHDOG's bus errors and the host's abort stopping a long plan.
 LEFT_OUT_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clear",
                       "trace_fifo", "matmul_requant", "branch_jump_switch",
-                      "speculation_hit_publishes", "vector_flags_steer_the_plan")
+                      "speculation_hit_publishes", "vector_flags_steer_the_plan",
+                      "watchdog", "abort")
 
 
 @pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
@@ -61,7 +63,7 @@ LEFT_OUT_SCENARIOS = ("dma_kernel", "partition_fault", "counters_freeze_and_clea
 def test_scenario_with_parts_left_out(scenario, compact):
     config = replace(CONFIG, trace_depth=0, staging_words=0, decisions=False,
                      pool_average=False, dma_queue=0, slot_versions=False, word_ops=False,
-                     compact=compact)
+                     watchdog=False, compact=compact)
     with open_transport("amaranth", config=config) as transport:
         dev = Device(transport)
         assert dev.config == config and not dev.config.traced and not dev.config.speculates
