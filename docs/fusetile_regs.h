@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 6f67ac5bf205bd4a. */
+ * Generated for hardware profile 45a4f7b216ce070f. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         4
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "6f67ac5bf205bd4a"
+#define FT_PROFILE_HASH                          "45a4f7b216ce070f"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -36,6 +36,7 @@
 #define FT_CFG_POOL_AVERAGE                      1
 #define FT_CFG_SLOT_VERSIONS                     1
 #define FT_CFG_WORD_OPS                          1
+#define FT_CFG_WATCHDOG                          1
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
@@ -113,12 +114,14 @@
 #define FT_HWCFG_CTRL_NO_DECISIONS_SHIFT         31
 #define FT_HWCFG_CTRL_NO_DECISIONS_MASK          0x80000000u  /* R */
 
-/* HWCFG_GMEM: Global memory configuration, and whether the word operations are built. */
+/* HWCFG_GMEM: Global memory configuration, and whether the word operations and the watchdog are built. */
 #define FT_HWCFG_GMEM_ADDR                       0x0014u
 #define FT_HWCFG_GMEM_BYTES_SHIFT                0
 #define FT_HWCFG_GMEM_BYTES_MASK                 0x00FFFFFFu  /* R */
 #define FT_HWCFG_GMEM_NO_WORD_OPS_SHIFT          24
 #define FT_HWCFG_GMEM_NO_WORD_OPS_MASK           0x01000000u  /* R */
+#define FT_HWCFG_GMEM_NO_WATCHDOG_SHIFT          25
+#define FT_HWCFG_GMEM_NO_WATCHDOG_MASK           0x02000000u  /* R */
 
 /* CTRL: Commands. */
 #define FT_CTRL_ADDR                             0x0020u
@@ -154,7 +157,7 @@
 #define FT_STATUS_EXEC_BANK_SHIFT                12
 #define FT_STATUS_EXEC_BANK_MASK                 0x00001000u  /* R */
 
-/* WATCHDOG: Watchdog: a plan still running after `limit` cycles faults with WATCHDOG. */
+/* WATCHDOG: Watchdog: a plan still running after `limit` cycles faults with WATCHDOG. Not built on a tile without a watchdog (HWCFG_GMEM.no_watchdog). */
 #define FT_WATCHDOG_ADDR                         0x0028u
 #define FT_WATCHDOG_RESET                        0x00000000u
 #define FT_WATCHDOG_LIMIT_SHIFT                  0
