@@ -157,8 +157,10 @@ BOARDS = {b.name: b for b in (
         family="ice40", clock="clk12", reset="button", leds=2,
         # A 2 x 2 array on 32-bit words (a DSP per product: 4 of the UP5K's 8, the
         # vector unit's lane multiplier the other 4), one vector lane for the four,
-        # GMEM in the SPRAM (128 KiB), small memories, one partition (the one the
-        # runtime uses; 97 logic cells fewer than two, and 195 more than four), no
+        # GMEM in the SPRAM (128 KiB), small memories, a scratchpad of one bank (42
+        # logic cells fewer than two of half the words; the digits MLP's cycles the
+        # same), one partition (the one the runtime uses, which starts at word 0;
+        # 97 logic cells fewer than two, and 195 more than four), no
         # DMA queue (a DMA instruction waits for an idle engine, which takes it at
         # once: 85 logic cells, and the digits workloads 0.2 % faster), no per-slot,
         # per-flag or per-bank counters, no trace FIFO (about 1,000 logic cells:
@@ -173,7 +175,7 @@ BOARDS = {b.name: b for b in (
         # cells), the units built for area where they have such a build
         # (`compact`). The tile still needs more than a UP5K's 5,280 logic cells
         # (docs/fpga.md): the architecture has to shrink further.
-        config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=2, spad_bank_words=256,
+        config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=1, spad_bank_words=512,
                           partitions=1, kernel_slots=4, slot_depth=64, plan_depth=64,
                           gmem_bytes=128 * 1024, trace_depth=0, staging_words=0,
                           dma_queue=0, slot_counters=False, branch_counters=False,

@@ -263,7 +263,8 @@ class Tile(wiring.Component):
         ]
         for i in range(cfg.partitions):
             m.d.comb += [
-                spad.part_base[i].eq(f[f"PART[{i}]"]["base"]),
+                # (a tile's only partition starts at word 0: no base field)
+                spad.part_base[i].eq(f[f"PART[{i}]"]["base"] if cfg.partitions > 1 else 0),
                 spad.part_len[i].eq(f[f"PART[{i}]"]["length"]),
                 csr.refuse[f"PART[{i}]"].eq(ctrl.in_kernel & (ctrl.kernel_part == i)),
             ]

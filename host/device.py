@@ -587,8 +587,15 @@ class Device:
         """Carve scratchpad partition ``index`` as words [base, base + length).
 
         Raises :class:`ValueError` if ``base`` is not a multiple of ``spad_banks`` (the
-        tile would fault every access to such a partition)."""
+        tile would fault every access to such a partition), or not 0 on a tile with one
+        partition (which starts at word 0: ``PART[0]`` has no base field)."""
         self._index("Partition", index, self.config.partitions)
+        if self.config.partitions == 1:
+            if base != 0:
+                raise ValueError(f"Partition 0: this tile has one partition, which starts "
+                                 f"at word 0, not {base}")
+            self.regs.PART[0].write(length=length)
+            return
         banks = self.config.spad_banks
         if base % banks:
             raise ValueError(f"Partition {index}: base {base} is not a multiple of "

@@ -433,6 +433,8 @@ class TileModel:
             self.kernels[slot][start + i] = _as_int(instr)
 
     def set_partition(self, index, *, base, length):
+        if base and self.config.partitions == 1:
+            raise ValueError(f"this tile has one partition, which starts at word 0, not {base}")
         self.part_base[index] = base
         self.part_len[index] = length
 

@@ -8,8 +8,10 @@ from dataclasses import replace
 import pytest
 
 from fusetile.host import open_transport
-from fusetile.host.device import Device
+from fusetile.host.device import Device, TileFault
 from fusetile.kernels.config import TileConfig
+from fusetile.kernels.isa import FaultCause
+from fusetile.kernels.program import call, dma_load, done, ret
 
 from scenarios import SCENARIOS
 
@@ -68,6 +70,36 @@ def test_scenario_with_parts_left_out(scenario, compact):
         dev = Device(transport)
         assert dev.config == config and not dev.config.traced and not dev.config.speculates
         scenario(dev)
+
+
+@pytest.mark.parametrize("target", ["model", "amaranth"])
+def test_a_tile_with_one_partition(target):
+    """A tile with one partition (the iCEBreaker's) has it at word 0: PART[0] has no
+    base field (its low half reads 0 whatever is written there), set_partition refuses
+    another base, and the partition is words [0, length): a load that ends at its last
+    word runs, one a word further faults at the first word past it."""
+    config = replace(CONFIG, partitions=1)
+    with open_transport(target, config=config) as transport:
+        dev = Device(transport)
+        assert dev.config == config
+        dev.regs.PART[0].write_raw(0x0010_0008)
+        assert dev.regs.PART[0].read_raw() == 0x0010_0000
+        with pytest.raises(ValueError, match="this tile has one partition, which starts "
+                                             "at word 0, not 8"):
+            dev.set_partition(0, base=8, length=16)
+        dev.set_partition(0, base=0, length=16)
+        assert dev.regs.PART[0].read().length == 16
+        dev.load_kernel(0, [dma_load(gmem=0, spad=8, rows=1, cols=8), ret()], part=0)
+        dev.load_kernel(1, [dma_load(gmem=0, spad=9, rows=1, cols=8), ret()], part=0)
+        dev.load_plan([call(0), done()])
+        dev.start()
+        dev.wait_done(timeout_cycles=2_000, poll_cycles=16)
+        dev.load_plan([call(1), done()])
+        dev.start()
+        with pytest.raises(TileFault) as info:
+            dev.wait_done(timeout_cycles=2_000, poll_cycles=16)
+        assert (info.value.cause, info.value.part, info.value.addr) == \
+            (FaultCause.PARTITION, 0, 16)
 
 
 def test_memory_options_checked():
