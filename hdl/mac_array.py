@@ -234,13 +234,23 @@ class MacArray(wiring.Component):
             # DSP block.
             op_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
             op_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
-            m.d.sync += [op_a.eq(step_a), op_b.eq(step_b)]
             dsp_a = Signal(data.ArrayLayout(signed(8), cfg.rows), reset_less=True)
             dsp_b = Signal(data.ArrayLayout(signed(8), cfg.cols), reset_less=True)
-            m.d.sync += [
-                dsp_a.eq(Mux(op_valid & ~self.abort, op_a, 0)),
-                dsp_b.eq(op_b),
-            ]
+            if cfg.compact:
+                # Built for area, a row of `a` is zero from the operand stage on when
+                # no step is accepted, and the DSP's stage copies it as it is: a plain
+                # register, which Yosys takes into the SB_MAC16 (its input register),
+                # where the choice made it 16 flip-flops of the fabric, each a logic
+                # cell of the UP5K alone. An aborted step's product is not added:
+                # `acc_en` is low for it, and no bias loads then (`busy` is high).
+                m.d.sync += [op_a.eq(Mux(accepted, step_a, 0)), op_b.eq(step_b),
+                             dsp_a.eq(op_a), dsp_b.eq(op_b)]
+            else:
+                m.d.sync += [op_a.eq(step_a), op_b.eq(step_b)]
+                m.d.sync += [
+                    dsp_a.eq(Mux(op_valid & ~self.abort, op_a, 0)),
+                    dsp_b.eq(op_b),
+                ]
             for i in range(cfg.rows):
                 for j in range(cfg.cols):
                     init = Mux(bias_load[i][j], self.bias_value[i], 0)

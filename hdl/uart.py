@@ -38,12 +38,17 @@ class UartRx(wiring.Component):
     Stream convention: :attr:`data` is ``always_ready``: ``valid`` is high for exactly
     one cycle per received byte, with the byte on ``payload`` in that cycle, and there
     is no back-pressure: the consumer must take it then. ``payload`` holds the last
-    byte until the next one is received.
+    byte until the next one is received (``compact``: until the next byte's first data
+    bit is sampled).
 
     Parameters
     ----------
     divisor : int
         Clock cycles per bit, at least 4.
+    compact : bool
+        Built for area: ``payload`` is the shift register the bits come into, no
+        register of its own (8 flip-flops, each a logic cell of an iCE40 as it is
+        loaded from another flip-flop).
 
     Attributes
     ----------
@@ -62,9 +67,10 @@ class UartRx(wiring.Component):
         If ``divisor`` is less than 4.
     """
 
-    def __init__(self, divisor):
+    def __init__(self, divisor, *, compact=False):
         _check_divisor(divisor, 4)
         self._divisor = divisor
+        self._compact = bool(compact)
         super().__init__({
             "rx":          In(1, init=1),
             "data":        Out(stream.Signature(8, always_ready=True)),
@@ -89,6 +95,8 @@ class UartRx(wiring.Component):
         shreg = Signal(8)
 
         m.d.sync += [self.data.valid.eq(0), self.frame_error.eq(0)]
+        if self._compact:
+            m.d.comb += self.data.payload.eq(shreg)
 
         with m.FSM(name="rx_fsm"):
             with m.State("IDLE"):
@@ -122,7 +130,9 @@ class UartRx(wiring.Component):
                     m.d.sync += timer.eq(timer - 1)
                 with m.Else():
                     with m.If(line):
-                        m.d.sync += [self.data.valid.eq(1), self.data.payload.eq(shreg)]
+                        m.d.sync += self.data.valid.eq(1)
+                        if not self._compact:
+                            m.d.sync += self.data.payload.eq(shreg)
                     with m.Else():
                         m.d.sync += self.frame_error.eq(1)
                     m.next = "IDLE"

@@ -7,7 +7,7 @@ the same frames.
 
 from contextlib import contextmanager
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -87,10 +87,12 @@ class UartBridge(wiring.Component):
     timeout_cycles : int
         Cycles an access waits for ``ack`` or ``err`` before the bridge gives up.
     compact : bool
-        Built for area (a tile's :attr:`TileConfig.compact`): the burst buffer's words
-        are taken from its read port, which holds still at the word, and a read's
-        word goes into the buffer in the cycle of its ``ack``: no word registers of
-        their own (the same frames, the same cycles).
+        Built for area (a tile's :attr:`TileConfig.compact`): a write's bytes go to
+        their byte lanes of the burst buffer, a read's word to a second buffer in the
+        cycle of its ``ack``, and the bus and the response take the words from the
+        buffers' read ports: no word registers of their own (two more block RAMs).
+        One counter times both the frame's silence and the bus's wait. The same
+        frames, in the same cycles on the line and the bus.
 
     Attributes
     ----------
@@ -153,7 +155,7 @@ class UartBridge(wiring.Component):
         aw = self._addr_width
         bus = self.bus
 
-        m.submodules.uart_rx = uart_rx = UartRx(self._divisor)
+        m.submodules.uart_rx = uart_rx = UartRx(self._divisor, compact=self._compact)
         m.submodules.uart_tx = uart_tx = UartTx(self._divisor)
         m.d.comb += [uart_rx.rx.eq(self.rx), self.tx.eq(uart_tx.tx)]
         got = uart_rx.data.valid
@@ -162,17 +164,24 @@ class UartBridge(wiring.Component):
 
         # The burst buffer: write data as received, read data as the bus returns it.
         m.submodules.buf = buf = Memory(shape=32, depth=MAX_WORDS, init=[])
-        buf_w = buf.write_port()
+        compact = self._compact
+        # Built for area, a write's bytes go to their lane of the buffer as they come
+        # (the block RAM's write mask): no word register assembles them.
+        buf_w = buf.write_port(granularity=8 if compact else None)
         buf_r = buf.read_port()         # synchronous: data one cycle after the address
+        if compact:
+            # Built for area, read data goes to a buffer of its own: each buffer's
+            # write data then has one source, not a 32-bit choice of two (32 LUTs of
+            # the iCEBreaker's bridge, for 2 of the UP5K's 30 block RAMs).
+            m.submodules.read_buf = read_buf = Memory(shape=32, depth=MAX_WORDS,
+                                                      init=[])
+            read_buf_w = read_buf.write_port()
+            read_buf_r = read_buf.read_port()
         # ... and registered in every cycle, so a word takes a cycle more (the *_HOLD
         # states): from the block RAM's output through the word register's choice
         # of its four sources, the UART bridge was 10.62 ns of 7a057ba's ULX3S build
         # (docs/fpga-timing.md, step 40).
-        # Built for area, the read port's own output: its address, `idx`, holds still
-        # from the FETCH state to the LOAD state.
-        if self._compact:
-            buf_word = buf_r.data
-        else:
+        if not compact:
             buf_word = Signal(32, reset_less=True)
             m.d.sync += buf_word.eq(buf_r.data)
         # Both ports are at `idx`, so every write meets a read of its word; no such
@@ -186,20 +195,43 @@ class UartBridge(wiring.Component):
         cmd = Signal(8)
         is_write = cmd[1]               # WRITE, WRITE_FIXED
         fixed = cmd[4]                  # READ_FIXED, WRITE_FIXED
-        # The word address of the current access. 24 bits from the frame plus a carry
-        # (a burst may run past 2**24); wide enough for a bus of more than 24 bits.
-        addr = Signal(max(aw, 24) + 1)
-        out_of_range = addr[aw:] != 0
+        if compact:
+            # The bus's word address and, above it, whether it has left the bus: set by
+            # ADDR bits beyond ``aw`` as they come, or by a burst's carry.
+            addr = Signal(aw + 1)
+            out_of_range = addr[aw]
+        else:
+            # The word address of the current access. 24 bits from the frame plus a
+            # carry (a burst may run past 2**24); wide enough for a bus of more than
+            # 24 bits.
+            addr = Signal(max(aw, 24) + 1)
+            out_of_range = addr[aw:] != 0
         last = Signal(range(MAX_WORDS))     # COUNT - 1
         idx = Signal(range(MAX_WORDS))      # word of the burst
         nbyte = Signal(2)                   # byte of the word (ADDR: byte of ADDR)
-        word = Signal(32)                   # write word being assembled
         status = Signal(8)
-        arg = Signal(8)
         rx_crc = Signal(8)
         tx_crc = Signal(8)
-        frame_timer = Signal(range(self.frame_timeout_cycles))
-        bus_timer = Signal(range(self._timeout_cycles))
+        arg = Signal(8)
+        if compact:
+            # No word register: a write's bytes go to their lanes of the buffer, the
+            # bus's write data and the response's bytes come from the read ports.
+            # The silence inside a frame and a bus access's wait are never timed at
+            # once: one counter for both.
+            word = None
+            frame_timer = bus_timer = Signal(range(max(self.frame_timeout_cycles,
+                                                       self._timeout_cycles)))
+        else:
+            word = Signal(32)               # write word being assembled
+            frame_timer = Signal(range(self.frame_timeout_cycles))
+            bus_timer = Signal(range(self._timeout_cycles))
+
+        def reached(timer, limit):
+            # ``timer == limit``. Built for area, the limit's one bits alone: the
+            # timer counts up from 0 and stops at the limit it is compared with.
+            if compact:
+                return Cat(timer[i] for i in range(len(timer)) if limit >> i & 1).all()
+            return timer == limit
 
         # `cyc` and `stb` are a register of their own, not a decode of the state: they
         # reach every block on the tile's bus (from the state's decode they were on
@@ -215,7 +247,7 @@ class UartBridge(wiring.Component):
             m.d.sync += [answer_ack.eq(bus.ack), answer_err.eq(bus.err)]
             if answer_data is None:
                 with m.If(bus.ack & ~is_write):
-                    m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(bus.dat_r)]
+                    m.d.comb += read_buf_w.en.eq(1)
             else:
                 m.d.sync += answer_data.eq(bus.dat_r)
 
@@ -228,10 +260,29 @@ class UartBridge(wiring.Component):
             bus.we.eq(is_write),
             # The burst buffer's words go out from a register (EXEC_LOAD, RESP_LOAD),
             # not from the block RAM's output: its clock-to-output is most of a cycle
-            # on the ULX3S (docs/fpga-timing.md, step 28).
-            bus.dat_w.eq(word),
+            # on the ULX3S (docs/fpga-timing.md, step 28). Built for area, from the
+            # read port, which holds word `idx` from EXEC_FETCH on.
+            bus.dat_w.eq(buf_r.data if compact else word),
             bus.sel.eq(0b1111),
         ]
+        if compact:
+            m.d.comb += [
+                buf_w.data.eq(Cat(byte, byte, byte, byte)),
+                read_buf_r.addr.eq(idx),
+                read_buf_w.addr.eq(idx),
+                read_buf_w.data.eq(bus.dat_r),
+            ]
+
+        if compact:
+            # ADDR's byte or the burst's next address, `fill`, is chosen by `loading`,
+            # which is also the adder's other operand (all ones, a sum not taken):
+            # Yosys then puts the choice in the LUT of each bit's carry cell, one LUT a
+            # bit, not a LUT for the sum and one for the choice (17 LUTs for the
+            # iCEBreaker's 19-bit bus address, mapped alone).
+            loading = Signal()
+            step = addr[:aw] + Cat(~fixed | loading, loading.replicate(max(0, aw - 1)))
+            fill = Mux(loading, Cat(byte, byte, byte, C(0, max(0, aw - 24)))[:aw],
+                       step[:aw])
 
         def respond(code, argument=0):
             m.d.sync += [status.eq(code), arg.eq(argument)]
@@ -243,18 +294,37 @@ class UartBridge(wiring.Component):
 
         def silence():
             # No byte this cycle, inside a frame.
-            with m.If(frame_timer == self.frame_timeout_cycles - 1):
+            with m.If(reached(frame_timer, self.frame_timeout_cycles - 1)):
                 respond(Status.TIMEOUT)
             with m.Else():
                 m.d.sync += frame_timer.eq(frame_timer + 1)
+
+        if compact:
+            # The transmitter's byte comes from a register, `out`, that follows the
+            # state's byte a cycle behind and holds SYNC_RESP outside the response:
+            # the CRC takes the register, not the choice of five sources in front of
+            # it (32 LUTs fewer in the bridge). The transmitter takes no byte in a
+            # state's first cycle: it still sends the last one, or `out` is SYNC_RESP
+            # already. Nor in the two cycles after RESP_DATA moves on to a word.
+            out = Signal(8, init=SYNC_RESP)
+            m.d.comb += tx.payload.eq(out)
+            m.d.sync += out.eq(SYNC_RESP)
+
+        def offer(payload):
+            # Offer a response byte to the transmitter.
+            if compact:
+                m.d.comb += tx.valid.eq(1)
+                m.d.sync += out.eq(payload)
+            else:
+                m.d.comb += [tx.valid.eq(1), tx.payload.eq(payload)]
 
         @contextmanager
         def send(payload):
             # Offer a response byte after SYNC_RESP to the transmitter; CRC it and run
             # the body in the cycle it is taken.
-            m.d.comb += [tx.valid.eq(1), tx.payload.eq(payload)]
+            offer(payload)
             with m.If(tx.ready):
-                m.d.sync += tx_crc.eq(crc8_next(tx_crc, payload))
+                m.d.sync += tx_crc.eq(crc8_next(tx_crc, out if compact else payload))
                 yield
 
         with m.FSM(name="bridge_fsm"):
@@ -279,8 +349,27 @@ class UartBridge(wiring.Component):
             with m.State("ADDR"):
                 with m.If(got):
                     take()
-                    # Little-endian: each byte comes in at the top of the 24 bits.
-                    m.d.sync += [addr.eq(Cat(addr[8:24], byte)), nbyte.eq(nbyte + 1)]
+                    m.d.sync += nbyte.eq(nbyte + 1)
+                    if compact:
+                        # Each byte to its place; the bits of it beyond the bus set
+                        # addr[aw] (its first byte clears what the last frame left).
+                        m.d.comb += loading.eq(1)
+                        with m.Switch(nbyte):
+                            for k in range(3):
+                                with m.Case(k):
+                                    lo = 8 * k
+                                    if lo < aw:
+                                        hi = min(lo + 8, aw)
+                                        m.d.sync += addr[lo:hi].eq(fill[lo:hi])
+                                    if k == 0 and aw > 24:
+                                        m.d.sync += addr[24:aw].eq(0)
+                                    beyond = (byte[max(0, aw - lo):].any()
+                                              if aw < lo + 8 else 0)
+                                    m.d.sync += addr[aw].eq(addr[aw] | beyond if k
+                                                            else beyond)
+                    else:
+                        # Little-endian: each byte comes in at the top of the 24 bits.
+                        m.d.sync += addr.eq(Cat(addr[8:24], byte))
                     with m.If(nbyte == 2):
                         m.next = "COUNT"
                 with m.Else():
@@ -304,10 +393,15 @@ class UartBridge(wiring.Component):
             with m.State("DATA"):
                 with m.If(got):
                     take()
-                    full = Cat(word[8:], byte)      # little-endian, like ADDR
-                    m.d.sync += [word.eq(full), nbyte.eq(nbyte + 1)]
+                    m.d.sync += nbyte.eq(nbyte + 1)
+                    if compact:
+                        m.d.comb += buf_w.en.eq(1 << nbyte)     # little-endian
+                    else:
+                        full = Cat(word[8:], byte)      # little-endian, like ADDR
+                        m.d.sync += word.eq(full)
                     with m.If(nbyte == 3):
-                        m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(full)]
+                        if not compact:
+                            m.d.comb += [buf_w.en.eq(1), buf_w.data.eq(full)]
                         m.d.sync += idx.eq(idx + 1)
                         with m.If(idx == last):
                             m.next = "CRC"
@@ -338,7 +432,9 @@ class UartBridge(wiring.Component):
                 m.next = "EXEC_LOAD"
 
             with m.State("EXEC_LOAD"):
-                m.d.sync += [word.eq(buf_word), strobe.eq(1)]
+                m.d.sync += strobe.eq(1)
+                if not compact:
+                    m.d.sync += word.eq(buf_word)
                 m.next = "EXEC_WAIT"
 
             with m.State("EXEC_WAIT"):
@@ -350,7 +446,7 @@ class UartBridge(wiring.Component):
                 m.d.sync += bus_timer.eq(bus_timer + 1)
                 with m.If(strobe):
                     with m.If(bus.ack | bus.err |
-                              (bus_timer == self._timeout_cycles - 1)):
+                              reached(bus_timer, self._timeout_cycles - 1)):
                         m.d.sync += strobe.eq(0)
                 with m.Else():
                     m.next = "EXEC_ANSWER"
@@ -366,12 +462,16 @@ class UartBridge(wiring.Component):
                         m.d.sync += idx.eq(0)
                         respond(Status.OK, last)
                     with m.Else():
-                        m.d.sync += [idx.eq(idx + 1), addr.eq(addr + ~fixed)]
+                        m.d.sync += idx.eq(idx + 1)
+                        if compact:
+                            m.d.sync += addr.eq(Cat(fill, step[aw]))
+                        else:
+                            m.d.sync += addr.eq(addr + ~fixed)
                         m.next = "EXEC_FETCH"
 
             # -- response --------------------------------------------------------------
             with m.State("RESP_SYNC"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(SYNC_RESP)]
+                offer(SYNC_RESP)
                 m.d.sync += tx_crc.eq(0)
                 with m.If(tx.ready):
                     m.next = "RESP_STATUS"
@@ -384,34 +484,48 @@ class UartBridge(wiring.Component):
                 with send(arg):
                     m.d.sync += nbyte.eq(0)     # idx is 0 after a successful burst
                     with m.If((status == Status.OK) & ~is_write):
-                        m.next = "RESP_FETCH"
+                        m.next = "RESP_DATA" if compact else "RESP_FETCH"
                     with m.Else():
                         m.next = "RESP_CRC"
 
-            with m.State("RESP_FETCH"):
-                # buf_r reads word ``idx``; RESP_HOLD registers it, RESP_LOAD takes it.
-                m.next = "RESP_HOLD"
+            if compact:
+                with m.State("RESP_DATA"):
+                    # Little-endian, from the read port, which follows `idx` a cycle
+                    # behind (and `out` another): the transmitter takes the next byte
+                    # a byte time after the last one, so no FETCH, HOLD or LOAD
+                    # states, and the line sees the same bytes at the same times.
+                    with send(read_buf_r.data.word_select(nbyte, 8)):
+                        m.d.sync += nbyte.eq(nbyte + 1)
+                        with m.If(nbyte == 3):
+                            m.d.sync += idx.eq(idx + 1)
+                            with m.If(idx == last):
+                                m.next = "RESP_CRC"
+            else:
+                with m.State("RESP_FETCH"):
+                    # buf_r reads word ``idx``; RESP_HOLD registers it, RESP_LOAD
+                    # takes it.
+                    m.next = "RESP_HOLD"
 
-            with m.State("RESP_HOLD"):
-                m.next = "RESP_LOAD"
+                with m.State("RESP_HOLD"):
+                    m.next = "RESP_LOAD"
 
-            with m.State("RESP_LOAD"):
-                m.d.sync += word.eq(buf_word)
-                m.next = "RESP_DATA"
+                with m.State("RESP_LOAD"):
+                    m.d.sync += word.eq(buf_word)
+                    m.next = "RESP_DATA"
 
-            with m.State("RESP_DATA"):
-                # Little-endian: the word shifts down a byte per byte sent.
-                with send(word[:8]):
-                    m.d.sync += [word.eq(word[8:]), nbyte.eq(nbyte + 1)]
-                    with m.If(nbyte == 3):
-                        m.d.sync += idx.eq(idx + 1)
-                        with m.If(idx == last):
-                            m.next = "RESP_CRC"
-                        with m.Else():
-                            m.next = "RESP_FETCH"
+                with m.State("RESP_DATA"):
+                    # Little-endian: the word shifts down a byte per byte sent.
+                    with send(word[:8]):
+                        m.d.sync += [word.eq(word[8:]), nbyte.eq(nbyte + 1)]
+                        with m.If(nbyte == 3):
+                            m.d.sync += idx.eq(idx + 1)
+                            with m.If(idx == last):
+                                m.next = "RESP_CRC"
+                            with m.Else():
+                                m.next = "RESP_FETCH"
 
             with m.State("RESP_CRC"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(tx_crc)]
+                offer(tx_crc)
                 with m.If(tx.ready):
                     m.next = "HUNT"
 

@@ -98,7 +98,7 @@ def _pieces(value):
 _PRODUCT_STAGES = 4
 
 
-def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
+def _product_sum(m, sel, terms_1, terms_0, name, *, short=False, low_or=False):
     """``sum(a * b for a, b in terms_1)`` if ``sel`` else the same over ``terms_0``,
     from one set of multipliers, ``_PRODUCT_STAGES`` (4) cycles after the terms' values
     are given; built ``short`` (for :attr:`TileConfig.compact`), 3 cycles: the
@@ -122,6 +122,10 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
     terms. Built short, a signed piece of ``terms_0`` that shares a multiplier with an
     unsigned piece of 16 bits goes in biased, and its bias comes off the sum from the
     term's ``b`` as it is then: those ``b`` operands must hold still until the sum.
+
+    With ``low_or`` (built short, for a reader of the sum's low bits through their OR
+    alone), where a single product, at offset 0, makes the sum's low 16 bits, those
+    bits are its OR in bit 0 and zeros above it.
     """
     def partials(terms):
         return [(pa, pb, oa + ob) for a, b in terms
@@ -142,6 +146,7 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
         shared.append(((a1, b1, o1), part_0.pop(k)))
     sel_3 = _delay(m, sel, 2 if short else 3, f"{name}_sel")
     shifted = []
+    offsets = []        # (k, product, its offsets) of each multiplier
     biases = []         # built short: (b, shift) of each product of a biased piece
     for k, ((a1, b1, o1), (a0, b0, o0)) in enumerate(shared):
         if short and _needs_bias(a1, a0):
@@ -172,14 +177,32 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False):
         o1 = o0 if o1 is None else o1
         o0 = o1 if o0 is None else o0
         shifted.append(p << o1 if o1 == o0 else Mux(sel_3, p << o1, p << o0))
+        offsets.append((k, p, o1, o0))
+    total_bits = max(width(terms) for terms in (terms_1, terms_0) if terms)
+    low = [k for k, (_, _, o1, o0) in enumerate(offsets) if min(o1, o0) < _PIECE]
+    if short and low_or and not biases and len(low) == 1 and offsets[low[0]][2:] == (0, 0):
+        # Built for area, the sum's low 16 bits are the one product's there, which
+        # only their OR reaches (the rounding's sticky bit): that OR is registered,
+        # not the bits (16 flip-flops loaded from the SB_MAC16, each a logic cell of
+        # the UP5K alone).
+        k = low[0]
+        p = offsets[k][1]
+        p_high = p[_PIECE:].as_signed() if p.shape().signed else p[_PIECE:]
+        shifted = [p_high if j == k else value >> _PIECE for j, value in enumerate(shifted)]
+        while len(shifted) > 1:
+            shifted = [shifted[j] + shifted[j + 1] if j + 1 < len(shifted) else shifted[j]
+                       for j in range(0, len(shifted), 2)]
+        any_low = Signal(name=f"{name}_sum_low", reset_less=True)
+        high = Signal(signed(total_bits - _PIECE), name=f"{name}_sum", reset_less=True)
+        m.d.sync += [any_low.eq(p[:_PIECE].any()), high.eq(shifted[0])]
+        return Cat(any_low, Const(0, _PIECE - 1), high).as_signed()
     # Summed as a balanced tree: Python's sum() chains the adders, one carry chain
     # after another (the vector unit's most common late endpoints on the ULX3S at
     # 3247880, docs/fpga-timing.md step 35).
     while len(shifted) > 1:
         shifted = [shifted[k] + shifted[k + 1] if k + 1 < len(shifted) else shifted[k]
                    for k in range(0, len(shifted), 2)]
-    total = Signal(signed(max(width(terms) for terms in (terms_1, terms_0) if terms)),
-                   name=f"{name}_sum", reset_less=True)
+    total = Signal(signed(total_bits), name=f"{name}_sum", reset_less=True)
     if biases:
         m.d.sync += total.eq(shifted[0] - Mux(sel_3, 0, _bias_sum(biases)))
     else:

@@ -344,7 +344,7 @@ class CompactVectorAlu(VectorAlu):
         prods = [_product_sum(m, rows, [(row_next.acc[j], row_next.mult)],
                               [(opa[j], regs.mult_a), (opb[j], regs.mult_b)]
                               if cfg.word_ops else [],
-                              f"prod{j}", short=True)
+                              f"prod{j}", short=True, low_or=True)
                  for j in range(group)]
         # The shift of the operands' cycle, a row's (its own, with a per-channel table)
         # or a word's, carried to the products' sum. The zero point and the bounds are

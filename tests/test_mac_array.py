@@ -473,3 +473,45 @@ def test_abort_drops_steps_in_flight(style):
         np.testing.assert_array_equal(await read_acc(ctx, dut), np.full((8, 8), 102))
 
     run(dut, bench)
+
+
+def test_built_for_area_in_dsp_blocks_as_in_the_fabric():
+    """Built for area (``compact``), the DSP arrangement copies its operand stage into
+    the DSP's as it is: ACC, ``busy`` and ``macs`` are the fabric's, cycle by cycle,
+    under random steps, biases (while ``busy`` is low, as the contract asks) and
+    aborts (the bias held through the cycle after ``bias_valid``)."""
+    from amaranth.hdl import Module
+
+    compact = TileConfig(rows=2, cols=2, word_bytes=4, compact=True)
+    area = MacArray(compact, dsp_accumulator=True)
+    fabric = MacArray(TileConfig(rows=2, cols=2, word_bytes=4), dsp_accumulator=False)
+    top = Module()
+    top.submodules.area, top.submodules.fabric = area, fabric
+    rng = random.Random(11)
+
+    async def bench(ctx):
+        bias = 0
+        for cycle in range(600):
+            valid = int(rng.random() < 0.6)
+            payload = rng.getrandbits(65)
+            held = ctx.get(fabric.bias_valid)   # the bias holds through the next cycle
+            bias_valid = int(not ctx.get(fabric.busy) and rng.random() < 0.1)
+            bias = bias if held else rng.getrandbits(64)
+            abort = int(rng.random() < 0.05)
+            row = rng.randrange(2)
+            for dut in (area, fabric):
+                ctx.set(dut.step.valid, valid)
+                ctx.set(dut.step.payload.as_value(), payload)
+                ctx.set(dut.bias_valid, bias_valid)
+                ctx.set(dut.bias_value.as_value(), bias)
+                ctx.set(dut.abort, abort)
+                ctx.set(dut.row, row)
+            await ctx.tick()
+            assert [ctx.get(area.acc_row.as_value()), ctx.get(area.busy),
+                    ctx.get(area.macs)] == [ctx.get(fabric.acc_row.as_value()),
+                                            ctx.get(fabric.busy), ctx.get(fabric.macs)], cycle
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()

@@ -207,9 +207,9 @@ def words(n, seed):
 # -- UartTx / UartRx ---------------------------------------------------------------------
 
 class Loopback(Elaboratable):
-    def __init__(self, divisor):
+    def __init__(self, divisor, compact=False):
         self.tx = UartTx(divisor)
-        self.rx = UartRx(divisor)
+        self.rx = UartRx(divisor, compact=compact)
 
     def elaborate(self, platform):
         m = Module()
@@ -219,9 +219,10 @@ class Loopback(Elaboratable):
         return m
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
 @pytest.mark.parametrize("divisor", [4, 7])
-def test_loopback_all_bytes(divisor):
-    dut = Loopback(divisor)
+def test_loopback_all_bytes(divisor, compact):
+    dut = Loopback(divisor, compact)
     got = []
     values = list(range(256))
 
@@ -281,9 +282,10 @@ def test_tx_waveform():
     sim.run()
 
 
-def test_rx_framing_error_and_glitch():
+@pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
+def test_rx_framing_error_and_glitch(compact):
     divisor = 4
-    dut = UartRx(divisor)
+    dut = UartRx(divisor, compact=compact)
     got, errors = [], []
 
     async def consumer(ctx):
@@ -353,8 +355,10 @@ def test_crc8_next_matches_protocol():
 
 # -- the bridge --------------------------------------------------------------------------
 
-#: The bursts' tests run on both builds: built for area, the bridge keeps its words in
-#: the burst buffer alone (its read port's output, a read's word written at its ack).
+#: The bridge's tests run on both builds: built for area, the bridge keeps its words in
+#: the burst buffers alone (a write's bytes in their lanes, a read's word written at its
+#: ack, both sent from the read ports), times the frame's silence and the bus's wait with
+#: one counter and parses with fewer registers, to the same cycles on the line and bus.
 BUILDS = pytest.mark.parametrize("compact", [False, True], ids=["deep", "compact"])
 
 
@@ -405,8 +409,9 @@ def test_fixed_commands_hit_one_address(compact):
     h.run(bench)
 
 
-def test_bad_crc_does_nothing():
-    h = Bridge()
+@BUILDS
+def test_bad_crc_does_nothing(compact):
+    h = Bridge(compact=compact)
 
     async def bench(ctx):
         assert await h.write(ctx, 0x10, [1, 2]) == (Status.OK, 1, [])
@@ -427,8 +432,9 @@ def test_bad_crc_does_nothing():
     h.run(bench)
 
 
-def test_bad_command_answered_at_once():
-    h = Bridge()
+@BUILDS
+def test_bad_command_answered_at_once(compact):
+    h = Bridge(compact=compact)
 
     async def bench(ctx):
         # Only SYNC and CMD: the answer comes without the rest of the frame.
@@ -446,10 +452,11 @@ def test_bad_command_answered_at_once():
     h.run(bench)
 
 
-def test_count_beyond_max_words_refused():
+@BUILDS
+def test_count_beyond_max_words_refused(compact):
     """COUNT - 1 >= MAX_WORDS cannot come from a host; the bridge refuses it at once
     with BAD_COMMAND rather than truncating it."""
-    h = Bridge()
+    h = Bridge(compact=compact)
 
     async def bench(ctx):
         body = bytes([Cmd.READ, 0x10, 0, 0, MAX_WORDS])
@@ -462,8 +469,9 @@ def test_count_beyond_max_words_refused():
     h.run(bench)
 
 
-def test_garbage_before_sync_ignored():
-    h = Bridge()
+@BUILDS
+def test_garbage_before_sync_ignored(compact):
+    h = Bridge(compact=compact)
 
     async def bench(ctx):
         frame = bytes([0x00, 0xFF, SYNC_RESP, 0x13, 0x02]) + encode_request(
@@ -474,8 +482,9 @@ def test_garbage_before_sync_ignored():
     h.run(bench)
 
 
-def test_truncated_frame_times_out():
-    h = Bridge()
+@BUILDS
+def test_truncated_frame_times_out(compact):
+    h = Bridge(compact=compact)
     limit = FRAME_TIMEOUT_BYTES * 10 * DIV
     assert h.dut.frame_timeout_cycles == limit
 
@@ -536,9 +545,10 @@ def test_no_answer_is_bus_error(compact):
     h.run(bench)
 
 
-def test_bus_timeout_length():
+@BUILDS
+def test_bus_timeout_length(compact):
     """The access is held for exactly ``timeout_cycles`` cycles, then withdrawn."""
-    h = Bridge(timeout_cycles=37)
+    h = Bridge(timeout_cycles=37, compact=compact)
     held = []
 
     async def bench(ctx):
@@ -590,6 +600,50 @@ def test_requests_back_to_back(compact):
         assert await h.read(ctx, 0x50, 4) == (Status.OK, 3, [0, 3, 6, 9])
 
     h.run(bench)
+
+
+def test_compact_build_same_cycles():
+    """Both builds put the same bits on the line and the same accesses on the bus, in
+    the same cycles."""
+    traces = []
+    for compact in (False, True):
+        h = Bridge(compact=compact)
+        trace = []
+
+        async def watch(ctx, h=h, trace=trace):
+            bus = h.dut.bus
+            async for _, _, *values in ctx.tick().sample(h.dut.tx, bus.cyc, bus.stb,
+                                                         bus.we, bus.adr, bus.dat_w):
+                trace.append(tuple(values) if values[1] else (values[0],))
+
+        async def bench(ctx, h=h):
+            data = words(5, seed=7)
+            await h.write(ctx, ERR_LO - 3, data)                # ends in ERR at word 3
+            await h.read(ctx, ERR_LO - 3, 3)
+            await h.read(ctx, FIFO, 2, Cmd.READ_FIXED)
+            frame = bytearray(encode_request(Cmd.WRITE, 0x10, data=[7]))
+            frame[-1] ^= 1
+            await h.request(ctx, frame, Cmd.WRITE, 1)           # BAD_CRC
+            await send_line(ctx, h.dut.rx, [SYNC_REQ, 0x07])    # BAD_COMMAND
+            await h.response(ctx, Cmd.WRITE, 1)
+            await send_line(ctx, h.dut.rx, encode_request(Cmd.READ, 0x20, 1)[:4])
+            await h.response(ctx, Cmd.READ, 1, within=2 * h.dut.frame_timeout_cycles)
+
+        sim = Simulator(h.dut)
+        sim.add_clock(1e-6)
+        sim.add_process(h.target.run)
+        sim.add_process(watch)
+        sim.add_testbench(h.mon.run, background=True)
+
+        async def main(ctx, h=h, bench=bench):
+            await ctx.tick().repeat(4)
+            await bench(ctx)
+            await h.quiet(ctx)
+
+        sim.add_testbench(main)
+        sim.run()
+        traces.append(trace)
+    assert traces[0] == traces[1]
 
 
 def test_verilog():
