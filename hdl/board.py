@@ -159,10 +159,12 @@ BOARDS = {b.name: b for b in (
         # vector unit's lane multiplier the other 4), one vector lane for the four,
         # GMEM in the SPRAM (128 KiB), small memories, a scratchpad of one bank (42
         # logic cells fewer than two of half the words; the digits MLP's cycles the
-        # same), one partition (the one the runtime uses, which starts at word 0;
-        # 97 logic cells fewer than two, and 195 more than four), no
-        # DMA queue (a DMA instruction waits for an idle engine, which takes it at
-        # once: 85 logic cells, and the digits workloads 0.2 % faster), no per-slot,
+        # same), one partition (the one the runtime uses: then it is the whole
+        # scratchpad, with no table entry, about 240 logic cells; with a table, one
+        # partition was 97 logic cells fewer than two, and two 195 fewer than
+        # four), no DMA queue (a DMA instruction waits for an idle engine, which
+        # takes it at once: 85 logic cells, and the digits workloads 0.2 % faster),
+        # no per-slot,
         # per-flag or per-bank counters, no trace FIFO (about 1,000 logic cells:
         # with slots of 64 the runtime's fusion has nothing to gain here) and no
         # speculation (about 300: the data-dependent workloads need 11 and 21

@@ -266,20 +266,19 @@ def tile_memory_map(config):
             0x074, group="trace")
 
     # -- partition and slot tables ------------------------------------------------
-    # A tile's only partition starts at word 0: a base would only leave the words
-    # below it unused, and its adders are in front of every scratchpad access.
-    movable = config.partitions > 1
-    for i in range(config.partitions):
+    # A tile's only partition is the whole scratchpad, and has no table entry: a
+    # base would only leave the words below it unused, a length those above it, and
+    # the runtime's programs use the whole scratchpad (`Program.partition`); the
+    # base's adders and the length's comparisons are in front of every scratchpad
+    # access.
+    for i in range(config.partitions if config.partitions > 1 else 0):
         reg(Register(f"PART[{i}]", [
                 Field("base", 16, RW, doc="First scratchpad word: a multiple of spad_banks "
                                           "(from register map 0.4; a partition that starts "
                                           "elsewhere has no words: every access to it "
-                                          "faults).")
-                if movable else Field("_pad", 16, R),
+                                          "faults)."),
                 Field("length", 16, RW, doc="Words; offsets >= length fault."),
-            ], f"Scratchpad partition {i}." + ("" if movable else
-               " The tile's only partition: it starts at word 0 (no base field).")),
-            PART_TABLE_BASE + 4 * i, group="part", index=i)
+            ], f"Scratchpad partition {i}."), PART_TABLE_BASE + 4 * i, group="part", index=i)
     for i in range(config.kernel_slots):
         reg(Register(f"SLOT[{i}]", [
                 Field("valid", 1, RW, doc="The slot holds a kernel that may be called."),

@@ -261,13 +261,16 @@ class Tile(wiring.Component):
             spad.part.eq(ctrl.kernel_part),
             ctrl.part_limit.eq(spad.limit),
         ]
-        for i in range(cfg.partitions):
-            m.d.comb += [
-                # (a tile's only partition starts at word 0: no base field)
-                spad.part_base[i].eq(f[f"PART[{i}]"]["base"] if cfg.partitions > 1 else 0),
-                spad.part_len[i].eq(f[f"PART[{i}]"]["length"]),
-                csr.refuse[f"PART[{i}]"].eq(ctrl.in_kernel & (ctrl.kernel_part == i)),
-            ]
+        if cfg.partitions == 1:
+            # A tile's only partition is the whole scratchpad: no table entry.
+            m.d.comb += [spad.part_base[0].eq(0), spad.part_len[0].eq(cfg.spad_words)]
+        else:
+            for i in range(cfg.partitions):
+                m.d.comb += [
+                    spad.part_base[i].eq(f[f"PART[{i}]"]["base"]),
+                    spad.part_len[i].eq(f[f"PART[{i}]"]["length"]),
+                    csr.refuse[f"PART[{i}]"].eq(ctrl.in_kernel & (ctrl.kernel_part == i)),
+                ]
         for i in range(cfg.kernel_slots):
             m.d.comb += [
                 ctrl.slot_valid[i].eq(f[f"SLOT[{i}]"]["valid"]),

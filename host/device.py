@@ -587,14 +587,16 @@ class Device:
         """Carve scratchpad partition ``index`` as words [base, base + length).
 
         Raises :class:`ValueError` if ``base`` is not a multiple of ``spad_banks`` (the
-        tile would fault every access to such a partition), or not 0 on a tile with one
-        partition (which starts at word 0: ``PART[0]`` has no base field)."""
+        tile would fault every access to such a partition), or on a tile with one
+        partition, which is the whole scratchpad (no ``PART`` register), if the
+        partition asked for is not that."""
         self._index("Partition", index, self.config.partitions)
         if self.config.partitions == 1:
-            if base != 0:
-                raise ValueError(f"Partition 0: this tile has one partition, which starts "
-                                 f"at word 0, not {base}")
-            self.regs.PART[0].write(length=length)
+            words = self.config.spad_words
+            if (base, length) != (0, words):
+                raise ValueError(f"Partition 0: this tile has one partition, the whole "
+                                 f"scratchpad (base 0, length {words}), not base {base}, "
+                                 f"length {length}")
             return
         banks = self.config.spad_banks
         if base % banks:

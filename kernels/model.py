@@ -322,7 +322,8 @@ class TileModel:
         self.plans = [[0] * c.plan_depth for _ in range(2)]
         self.kernels = [[0] * c.slot_depth for _ in range(c.kernel_slots)]
         self.part_base = [0] * c.partitions
-        self.part_len = [0] * c.partitions
+        # (A tile's only partition is the whole scratchpad.)
+        self.part_len = [c.spad_words] if c.partitions == 1 else [0] * c.partitions
         self.slot_valid = [0] * c.kernel_slots
         self.slot_part = [0] * c.kernel_slots
         self.slot_version = [0] * c.kernel_slots
@@ -433,8 +434,10 @@ class TileModel:
             self.kernels[slot][start + i] = _as_int(instr)
 
     def set_partition(self, index, *, base, length):
-        if base and self.config.partitions == 1:
-            raise ValueError(f"this tile has one partition, which starts at word 0, not {base}")
+        words = self.config.spad_words
+        if self.config.partitions == 1 and (base, length) != (0, words):
+            raise ValueError(f"this tile has one partition, the whole scratchpad (base 0, "
+                             f"length {words}), not base {base}, length {length}")
         self.part_base[index] = base
         self.part_len[index] = length
 

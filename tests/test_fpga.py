@@ -981,7 +981,7 @@ def test_ice40_pll_agrees_with_icepll(f_out):
     ("ulx3s-85f", None),
     ("ulx3s-85f", 30),
     pytest.param("icebreaker", None, marks=pytest.mark.xfail(
-        strict=True, reason="the tile needs about 1.06 times the UP5K's logic cells "
+        strict=True, reason="the tile needs about 1.03 times the UP5K's logic cells "
                             "(its DSPs, block RAMs and SPRAM fit): see docs/fpga.md")),
 ])
 def test_bitstream_builds_fits_and_meets_timing(name, clock_mhz, tmp_path):

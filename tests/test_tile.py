@@ -7,8 +7,10 @@ from dataclasses import replace
 
 import pytest
 
+from fusetile.hdl.regmap import tile_memory_map
 from fusetile.host import open_transport
 from fusetile.host.device import Device, TileFault
+from fusetile.host.transport import BusError
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import FaultCause
 from fusetile.kernels.program import call, dma_load, done, ret
@@ -74,23 +76,27 @@ def test_scenario_with_parts_left_out(scenario, compact):
 
 @pytest.mark.parametrize("target", ["model", "amaranth"])
 def test_a_tile_with_one_partition(target):
-    """A tile with one partition (the iCEBreaker's) has it at word 0: PART[0] has no
-    base field (its low half reads 0 whatever is written there), set_partition refuses
-    another base, and the partition is words [0, length): a load that ends at its last
-    word runs, one a word further faults at the first word past it."""
+    """A tile with one partition (the iCEBreaker's) has it fixed, the whole scratchpad,
+    with no table entry: PART[0]'s address answers a bus error, set_partition takes
+    that layout alone, and from reset a load that ends at the scratchpad's last word
+    runs and one a word further faults at the first word past it."""
     config = replace(CONFIG, partitions=1)
+    words = config.spad_words
     with open_transport(target, config=config) as transport:
         dev = Device(transport)
-        assert dev.config == config
-        dev.regs.PART[0].write_raw(0x0010_0008)
-        assert dev.regs.PART[0].read_raw() == 0x0010_0000
-        with pytest.raises(ValueError, match="this tile has one partition, which starts "
-                                             "at word 0, not 8"):
-            dev.set_partition(0, base=8, length=16)
-        dev.set_partition(0, base=0, length=16)
-        assert dev.regs.PART[0].read().length == 16
-        dev.load_kernel(0, [dma_load(gmem=0, spad=8, rows=1, cols=8), ret()], part=0)
-        dev.load_kernel(1, [dma_load(gmem=0, spad=9, rows=1, cols=8), ret()], part=0)
+        assert dev.config == config and "PART[0]" not in dev.regs
+        part_0 = tile_memory_map(replace(config, partitions=2))["PART[0]"].addr
+        with pytest.raises(BusError):
+            transport.write32(part_0, 16 << 16)
+        with pytest.raises(BusError):
+            transport.read32(part_0)
+        with pytest.raises(ValueError, match=f"this tile has one partition, the whole "
+                                             f"scratchpad \\(base 0, length {words}\\), "
+                                             f"not base 0, length 16"):
+            dev.set_partition(0, base=0, length=16)
+        dev.set_partition(0, base=0, length=words)
+        dev.load_kernel(0, [dma_load(gmem=0, spad=words - 8, rows=1, cols=8), ret()], part=0)
+        dev.load_kernel(1, [dma_load(gmem=0, spad=words - 7, rows=1, cols=8), ret()], part=0)
         dev.load_plan([call(0), done()])
         dev.start()
         dev.wait_done(timeout_cycles=2_000, poll_cycles=16)
@@ -99,7 +105,7 @@ def test_a_tile_with_one_partition(target):
         with pytest.raises(TileFault) as info:
             dev.wait_done(timeout_cycles=2_000, poll_cycles=16)
         assert (info.value.cause, info.value.part, info.value.addr) == \
-            (FaultCause.PARTITION, 0, 16)
+            (FaultCause.PARTITION, 0, words)
 
 
 def test_memory_options_checked():
