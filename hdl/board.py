@@ -174,7 +174,11 @@ BOARDS = {b.name: b for b in (
         # logic cells), no VADD, VPOOL or VCLAMP (`word_ops`: a network of Gemms, as
         # the digits MLP, needs none; the CNNs do not run here), no watchdog (the
         # host stops a plan that runs too long with CTRL.abort: about 200 logic
-        # cells), the units built for area where they have such a build
+        # cells), no MARK or REFUSED_ADDR register and no counters of retired
+        # instructions, swaps, faults, refused writes or saturated lanes, which only
+        # a person debugging reads (`debug_regs`: the transport has a refused
+        # write's ERR, with its address; 266 logic cells), the units built for area
+        # where they have such a build
         # (`compact`). The tile still needs more than a UP5K's 5,280 logic cells
         # (docs/fpga.md): the architecture has to shrink further.
         config=TileConfig(rows=2, cols=2, word_bytes=4, spad_banks=1, spad_bank_words=512,
@@ -183,7 +187,7 @@ BOARDS = {b.name: b for b in (
                           dma_queue=0, slot_counters=False, branch_counters=False,
                           bank_counters=False, vector_lanes=1, compact=True,
                           decisions=False, pool_average=False, slot_versions=False,
-                          word_ops=False, watchdog=False),
+                          word_ops=False, watchdog=False, debug_regs=False),
         clock_hz=24e6,
         gmem_ports="single",
         store_ports="shared",

@@ -218,6 +218,8 @@ class ControlUnit(wiring.Component):
         the host cannot rewrite the slot's entry under it: ``slot_lock``).
     plan_pc, micro_pc : Out(16)
     mark : Out(24)
+        The operand of the last MARK; 0 on a tile without the MARK register
+        (``TileConfig.debug_regs``), where nothing drives it.
     fault_cause : Out(FaultCause)
     fault_bank, fault_in_kernel : Out(1)
     fault_slot, fault_part : Out(4)
@@ -667,7 +669,8 @@ class ControlUnit(wiring.Component):
         plan_bad = Signal()         # ... or faults otherwise (below)
         switches = Signal()         # SWITCH
         calls = Signal()            # CALL
-        marks = Signal()            # MARK
+        # MARK (a NOP on a tile without the MARK register: `debug_regs`)
+        marks = Signal(name="marks") if cfg.debug_regs else None
         commit_misses = Signal()    # COMMIT, its guard is false, and it does not fault
         publishes = Signal()        # COMMIT, legal, and its guard is true
         where = Signal(16, name="where") if copied else None    # SWITCH: the index register
@@ -727,7 +730,7 @@ class ControlUnit(wiring.Component):
                 illegal_plan.eq(fetched_wrong),
                 switches.eq(fetched.op == PlanOp.SWITCH),
                 calls.eq(fetched.op == PlanOp.CALL),
-                marks.eq(fetched.op == PlanOp.MARK),
+                *([marks.eq(fetched.op == PlanOp.MARK)] if cfg.debug_regs else []),
                 plan_bad.eq(fetched_bad),
                 # (A COMMIT faults only when it is illegal.)
                 commit_misses.eq((fetched.op == PlanOp.COMMIT) & ~guard_holds & ~fetched_wrong),
@@ -906,9 +909,10 @@ class ControlUnit(wiring.Component):
 
         with m.If(at(_State.PLAN_EXEC)):
             # MARK writes the register even when its target faults (as the golden
-            # model, kernels/model.py, does).
-            with m.If(marks & ~illegal_plan):
-                m.d.sync += self.mark.eq(plan.a)
+            # model, kernels/model.py, does); a tile without it has none to write.
+            if cfg.debug_regs:
+                with m.If(marks & ~illegal_plan):
+                    m.d.sync += self.mark.eq(plan.a)
             with m.If(plan_bad):
                 raise_fault(at(_State.PLAN_EXEC), plan_bad_cause, plan_bad_addr)
             with m.Elif(commit_misses):

@@ -26,8 +26,8 @@ from .registers import Access, Field, Register, Counter, Window, MemoryMap
 
 __all__ = [
     "MAGIC", "VERSION", "CSR_BASE", "CSR_SPAN", "PLAN_BASE", "SLOT_BASE", "GMEM_BASE",
-    "ADDR_WIDTH", "COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS", "BANK_COUNTERS",
-    "PIPELINED_COUNTERS", "TRACE_WORDS", "NO_DMA_QUEUE",
+    "ADDR_WIDTH", "COUNTERS", "DEBUG_COUNTERS", "SLOT_COUNTERS", "BRANCH_COUNTERS",
+    "BANK_COUNTERS", "PIPELINED_COUNTERS", "TRACE_WORDS", "NO_DMA_QUEUE",
     "tile_memory_map", "bus_regions", "hwcfg_values", "config_from_hwcfg",
 ]
 
@@ -84,6 +84,12 @@ COUNTERS = (
     ("saturations",    "Lanes clamped by requantisation (REQUANT, VADD, average VPOOL)."),
     ("bank_conflicts", "Scratchpad accesses stalled by a higher-priority port."),
 )
+
+# The global counters only a person debugging reads (the runtime reads none of them):
+# a tile without the debugging registers (TileConfig.debug_regs) has none of them, and
+# the others keep their addresses.
+DEBUG_COUNTERS = ("plan_retired", "micro_retired", "swaps", "faults", "refused_writes",
+                  "saturations")
 
 # Per-bank scratchpad counters: BANK_<NAME>[b].
 BANK_COUNTERS = (
@@ -184,8 +190,11 @@ def tile_memory_map(config):
             Field("no_watchdog", 1, R, doc="There is no watchdog: no WATCHDOG register, "
                   "and a plan runs until DONE, a fault or the host's abort "
                   "(TileConfig.watchdog False; tiles before it read 0 and have one)."),
-        ], "Global memory configuration, and whether the word operations and the "
-           "watchdog are built."),
+            Field("no_debug_regs", 1, R, doc="There are no MARK and REFUSED_ADDR "
+                  "registers and no DEBUG_COUNTERS, and the plan's MARK is a NOP "
+                  "(TileConfig.debug_regs False; tiles before it read 0 and have them)."),
+        ], "Global memory configuration, and whether the word operations, the "
+           "watchdog and the debugging registers are built."),
         0x014, group="identity")
 
     # -- control and status -------------------------------------------------------
@@ -218,8 +227,11 @@ def tile_memory_map(config):
             Field("done", 1, RW, doc="Raise `irq` while STATUS.done."),
             Field("fault", 1, RW, init=1, doc="Raise `irq` while STATUS.faulted."),
         ], "Interrupt enables."), 0x02C, group="control")
-    reg(Register("MARK", [Field("value", 24, R, doc="Operand of the last MARK.")],
-                 "Progress marker written by the plan."), 0x030, group="control")
+    if config.debug_regs:
+        reg(Register("MARK", [Field("value", 24, R, doc="Operand of the last MARK.")],
+                     "Progress marker written by the plan. Not built on a tile without "
+                     "the debugging registers (HWCFG_GMEM.no_debug_regs)."),
+            0x030, group="control")
     reg(Register("PC", [Field("plan", 16, R, doc="Plan PC."), Field("micro", 16, R, doc="Micro PC.")],
                  "Current program counters."), 0x034, group="control")
     reg(Register("FLAGS", [Field("flags", FLAGS, R, doc="F0 (bit 0) .. F7.")],
@@ -246,8 +258,11 @@ def tile_memory_map(config):
                  "Offending address: partition offset (PARTITION), GMEM word (GMEM_RANGE), "
                  "instruction bits [31:0] (ILLEGAL_*), cycle count (WATCHDOG)."),
         0x048, group="fault")
-    reg(Register("REFUSED_ADDR", [Field("addr", 32, R)],
-                 "Byte address of the last refused bus write."), 0x04C, group="fault")
+    if config.debug_regs:
+        reg(Register("REFUSED_ADDR", [Field("addr", 32, R)],
+                     "Byte address of the last refused bus write. Not built on a tile "
+                     "without the debugging registers (HWCFG_GMEM.no_debug_regs)."),
+            0x04C, group="fault")
 
     # -- counters control and trace FIFO -----------------------------------------
     reg(Register("PERF_CTRL", [
@@ -291,7 +306,9 @@ def tile_memory_map(config):
 
     # -- performance counters -----------------------------------------------------
     for i, (name, doc) in enumerate(COUNTERS):
-        mm.add_counter(Counter(name.upper(), doc), COUNTER_BASE + 8 * i, group="counter", index=i)
+        if config.debug_regs or name not in DEBUG_COUNTERS:
+            mm.add_counter(Counter(name.upper(), doc), COUNTER_BASE + 8 * i, group="counter",
+                           index=i)
     # The indexed sets, each built or not: SLOT_CALLS[i], BRANCH_TAKEN[f], BANK_READS[b]...
     for prefix, names, count, base, built in (
             ("SLOT", SLOT_COUNTERS, config.kernel_slots, SLOT_COUNTER_BASE,
@@ -369,7 +386,8 @@ def hwcfg_values(config):
                            no_decisions=int(not config.decisions)),
         "HWCFG_GMEM": pack("HWCFG_GMEM", bytes=config.gmem_bytes,
                            no_word_ops=int(not config.word_ops),
-                           no_watchdog=int(not config.watchdog)),
+                           no_watchdog=int(not config.watchdog),
+                           no_debug_regs=int(not config.debug_regs)),
     }
 
 
@@ -416,5 +434,6 @@ def config_from_hwcfg(values):
         slot_versions=not int(ctrl.no_slot_versions),
         word_ops=not int(gmem.no_word_ops),
         watchdog=not int(gmem.no_watchdog),
+        debug_regs=not int(gmem.no_debug_regs),
         gmem_bytes=int(gmem.bytes),
     )

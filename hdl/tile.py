@@ -7,9 +7,9 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from . import wishbone
 from ..kernels.isa import FLAGS, INDEX_REGS
-from .regmap import (tile_memory_map, bus_regions, hwcfg_values, COUNTERS, SLOT_COUNTERS,
-                     BRANCH_COUNTERS, BANK_COUNTERS, PIPELINED_COUNTERS, ADDR_WIDTH,
-                     CSR_SPAN)
+from .regmap import (tile_memory_map, bus_regions, hwcfg_values, COUNTERS, DEBUG_COUNTERS,
+                     SLOT_COUNTERS, BRANCH_COUNTERS, BANK_COUNTERS, PIPELINED_COUNTERS,
+                     ADDR_WIDTH, CSR_SPAN)
 from .csr import CsrBank
 from .counters import PerfCounters
 from .trace import TraceFifo
@@ -218,7 +218,7 @@ class Tile(wiring.Component):
             f["STATUS"]["exec_bank"].eq(ctrl.exec_bank),
             f["FLAGS"]["flags"].eq(ctrl.flags),
             f["MISS_PC"]["pc"].eq(ctrl.miss_pc),
-            f["MARK"]["value"].eq(ctrl.mark),
+            *([f["MARK"]["value"].eq(ctrl.mark)] if cfg.debug_regs else []),
             f["PC"]["plan"].eq(ctrl.plan_pc),
             f["PC"]["micro"].eq(ctrl.micro_pc),
 
@@ -287,14 +287,16 @@ class Tile(wiring.Component):
         m.d.comb += refused.eq(csr.refused | plans.refused | kernels.refused)
         # A slave refuses an access while the master still holds it, so the address
         # of the access being refused is the one on the bus a cycle before the ERR (a
-        # master may already move on while it sees ERR).
-        access_addr = Signal(32)
-        refused_addr = Signal(32)
-        with m.If(self.bus.cyc & self.bus.stb):
-            m.d.sync += access_addr.eq(self.bus.adr << 2)
-        with m.If(refused):
-            m.d.sync += refused_addr.eq(access_addr)
-        m.d.comb += f["REFUSED_ADDR"]["addr"].eq(refused_addr)
+        # master may already move on while it sees ERR). Only REFUSED_ADDR keeps it:
+        # without the debugging registers the master has the ERR, and its address.
+        if cfg.debug_regs:
+            access_addr = Signal(32)
+            refused_addr = Signal(32)
+            with m.If(self.bus.cyc & self.bus.stb):
+                m.d.sync += access_addr.eq(self.bus.adr << 2)
+            with m.If(refused):
+                m.d.sync += refused_addr.eq(access_addr)
+            m.d.comb += f["REFUSED_ADDR"]["addr"].eq(refused_addr)
 
         # -- performance counters -------------------------------------------------------
         ev = ctrl.events
@@ -324,7 +326,8 @@ class Tile(wiring.Component):
             "bank_conflicts": spad.conflicts,
         }
         assert set(increments) == {name for name, _ in COUNTERS}
-        increments = {name.upper(): inc for name, inc in increments.items()}
+        increments = {name.upper(): inc for name, inc in increments.items()
+                      if cfg.debug_regs or name not in DEBUG_COUNTERS}
         if cfg.slot_counters:
             for s in range(cfg.kernel_slots):
                 increments[f"SLOT_CALLS[{s}]"] = ev.call_done & (ctrl.slot == s)

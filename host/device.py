@@ -409,16 +409,19 @@ class Device:
 
     def counter(self, name):
         """The 64-bit counter ``name`` (lower-case, from ``regmap.COUNTERS``)."""
-        known = [n for n, _ in regmap.COUNTERS]
+        known = [n for n, _ in regmap.COUNTERS if n.upper() in self.memory_map]
         if name not in known:
-            raise KeyError(f"No counter named {name!r}; counters are: {', '.join(known)}")
+            raise KeyError(f"No counter named {name!r} on this tile; its counters are: "
+                           f"{', '.join(known)}")
         entry = self.memory_map[name.upper()]
         return self._read_counters([entry])[entry.item.name]
 
     def counters(self):
-        """All global counters: {name: int}, names lower-case as in ``regmap.COUNTERS``."""
+        """All global counters: {name: int}, names lower-case as in ``regmap.COUNTERS``
+        (less ``regmap.DEBUG_COUNTERS`` on a tile without them: ``debug_regs``)."""
         values = self._read_counters(self.memory_map.group("counter"))
-        return {name: values[name.upper()] for name, _ in regmap.COUNTERS}
+        return {name: values[name.upper()] for name, _ in regmap.COUNTERS
+                if name.upper() in values}
 
     def _indexed_counters(self, prefix, names, count):
         entries = [e for e in self.memory_map.counters()

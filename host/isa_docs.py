@@ -233,7 +233,9 @@ are published (the fault is outside the kernel).
   (a jump table of `S` entries, typically `jump`s); `i >= S` faults with
   `SWITCH_RANGE`.
 * `mark V` writes `V` to the `MARK` register, a progress marker for the host; `nop`
-  does nothing.
+  does nothing. A tile may be built without the `MARK` register
+  (`HWCFG_GMEM.no_debug_regs`, `TileConfig.debug_regs` False: the iCEBreaker's):
+  `mark` is then a `nop`, in the same cycles.
 
 Flags and index registers are the only state a plan branches on; kernels compute them
 (`vcmp`, `vargmax`). A tile may be built without those two (`HWCFG_CTRL.no_decisions`,

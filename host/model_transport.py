@@ -8,7 +8,8 @@ pulses, reading a counter's LO word latches its HI word, reading the last word o
 trace record pops it, and refused writes (the active plan bank, both banks while a
 plan is speculating or running the other bank, the executing slot's microcode and
 slot-table entry, its partition's table entry) answer ERR, set REFUSED_ADDR and count
-in ``refused_writes``. Unmapped addresses answer ERR.
+in ``refused_writes`` (on a tile that has them: ``TileConfig.debug_regs``). Unmapped
+addresses answer ERR.
 
 Time is the model's clock: each bus access takes 2 cycles (the access is seen in the
 first, answered in the second; a write of ``CTRL.abort`` takes a third, in which the

@@ -130,6 +130,15 @@ class TileConfig:
         the map (its address answers a bus error) and a plan that runs too long runs
         until the host stops it: ``CTRL.abort``, after ``Device.wait_done``'s
         timeout. The iCEBreaker's choice (about 200 of its logic cells).
+    debug_regs : bool
+        Whether the tile has the ``MARK`` and ``REFUSED_ADDR`` registers and the
+        counters of ``regmap.DEBUG_COUNTERS``, which only a person debugging reads: a
+        plan's progress marker (``mark V`` writes V there), the byte address of the
+        last refused bus write (the host's transport has the refused write's ERR,
+        with its address), and the counts of retired instructions, swaps, faults,
+        refused writes and saturated lanes. Without them none is in the map (their
+        addresses answer a bus error) and ``mark`` is a NOP (in the same cycles).
+        The iCEBreaker's choice (about 230 of its logic cells).
     slot_versions : bool
         Whether each kernel slot keeps the host's 16-bit version tag
         (``SLOT[i].version``), which only the host reads: without it the field is not
@@ -187,10 +196,12 @@ class TileConfig:
     slot_versions: bool = True
     word_ops: bool = True
     watchdog: bool = True
+    debug_regs: bool = True
 
     # Parts that are built or not, and how.
     _SWITCHES = ("slot_counters", "branch_counters", "bank_counters", "compact",
-                 "decisions", "pool_average", "slot_versions", "word_ops", "watchdog")
+                 "decisions", "pool_average", "slot_versions", "word_ops", "watchdog",
+                 "debug_regs")
 
     # Upper bounds follow from the HWCFG field widths and the memory map.
     _LIMITS = {

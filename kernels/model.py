@@ -301,6 +301,8 @@ class TileModel:
     speculating : int
         Control state, as in STATUS.
     plan_pc, micro_pc, mark, miss_pc : int
+        PCs, MARK's value (0 on a tile without it: ``TileConfig.debug_regs``, where
+        MARK is a NOP) and MISS_PC's.
     watchdog_limit, freeze, irq_enable_done, irq_enable_fault : int
         Host-set control values (WATCHDOG, PERF_CTRL.freeze, IRQ_ENABLE).
     """
@@ -775,7 +777,8 @@ class TileModel:
             elif op == PlanOp.NOP:
                 goto(pc + 1)
             elif op == PlanOp.MARK:
-                self.mark = a
+                if self.config.debug_regs:
+                    self.mark = a
                 goto(pc + 1)
             elif op == PlanOp.JUMP:
                 goto(a)

@@ -138,7 +138,8 @@ def done():
 
 
 def mark(value):
-    """Write ``value`` to the MARK register."""
+    """Write ``value`` to the MARK register (a NOP on a tile without it:
+    ``TileConfig.debug_regs``)."""
     return _plan(PlanOp.MARK, a=_check_field("value", value, PlanInstr, "a"))
 
 

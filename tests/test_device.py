@@ -4,7 +4,7 @@ model of the tile's bus behaviour (fast) and the Amaranth stand-in (end to end).
 import pytest
 
 from fusetile.hdl import regmap
-from fusetile.hdl.regmap import tile_memory_map, hwcfg_values, TRACE_WORDS
+from fusetile.hdl.regmap import tile_memory_map, hwcfg_values, DEBUG_COUNTERS, TRACE_WORDS
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import PlanInstr, PlanOp, MicroInstr, MicroOp, FaultCause, TraceRecord
 from fusetile.host.transport import Transport, BusError
@@ -231,6 +231,26 @@ def test_a_tile_without_a_watchdog():
     assert dev.config == config and "WATCHDOG" not in dev.regs
 
 
+def test_a_tile_without_debug_regs():
+    """debug_regs False: HWCFG_GMEM.no_debug_regs (bit 26) reads 1, the profile reads
+    back so, and the map has neither MARK nor REFUSED_ADDR nor the debugging counters
+    (a tile with them reads 0 there)."""
+    config = TileConfig(debug_regs=False, watchdog=False)
+    mm = tile_memory_map(config)
+    value = hwcfg_values(config)["HWCFG_GMEM"]
+    gmem = mm["HWCFG_GMEM"].item.unpack(value)
+    assert (gmem.no_debug_regs, gmem.no_watchdog, gmem.no_word_ops) == (1, 1, 0)
+    assert value >> 26 == 1
+    for name in ("MARK", "REFUSED_ADDR", *(c.upper() for c in DEBUG_COUNTERS)):
+        assert name not in mm and name in tile_memory_map(TileConfig())
+    assert hwcfg_values(TileConfig())["HWCFG_GMEM"] >> 26 == 0
+    dev = Device(FakeTile(config))
+    assert dev.config == config
+    assert "MARK" not in dev.regs and "REFUSED_ADDR" not in dev.regs
+    assert Device(FakeTile(TileConfig(debug_regs=False))).config == \
+        TileConfig(debug_regs=False)
+
+
 def test_a_tile_without_slot_versions():
     """slot_versions False: HWCFG_CTRL's no_slot_versions (bit 7, above any slot count)
     reads 1 and the profile reads back so; SLOT[i] has no version field, and
@@ -440,8 +460,15 @@ def test_counters_all_names(dev, fake):
 
 
 def test_unknown_counter(dev):
-    with pytest.raises(KeyError, match="No counter named 'cycle'; counters are: cycles, "):
+    with pytest.raises(KeyError, match="No counter named 'cycle' on this tile; its counters "
+                                       "are: cycles, "):
         dev.counter("cycle")
+    # A counter the tile is built without (debug_regs False): not among its counters.
+    lean = Device(FakeTile(TileConfig(debug_regs=False)))
+    with pytest.raises(KeyError, match="No counter named 'faults' on this tile; its "
+                                       "counters are: cycles, active_cycles, .*, kernel_calls, "
+                                       "inferences, spec_hits"):
+        lean.counter("faults")
 
 
 def test_slot_counters(dev, fake):

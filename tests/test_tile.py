@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from fusetile.hdl.regmap import tile_memory_map
+from fusetile.hdl.regmap import DEBUG_COUNTERS, tile_memory_map
 from fusetile.host import open_transport
 from fusetile.host.device import Device, TileFault
 from fusetile.host.transport import BusError
 from fusetile.kernels.config import TileConfig
 from fusetile.kernels.isa import FaultCause
-from fusetile.kernels.program import call, dma_load, done, ret
+from fusetile.kernels.program import call, dma_load, done, mark, ret
 
 from scenarios import SCENARIOS
 
@@ -106,6 +106,60 @@ def test_a_tile_with_one_partition(target):
             dev.wait_done(timeout_cycles=2_000, poll_cycles=16)
         assert (info.value.cause, info.value.part, info.value.addr) == \
             (FaultCause.PARTITION, 0, words)
+
+
+def _marked_run(dev):
+    """Run a plan with MARKs between its calls on ``dev``, with a host write refused
+    while it runs; return the bank it ran from and the run's counters."""
+    dev.set_partition(0, base=0, length=64)
+    # A slow kernel, so the plan is still running when the host writes.
+    dev.load_kernel(0, [dma_load(gmem=0, spad=0, rows=1, cols=64), ret()], part=0)
+    bank = dev.load_plan([call(0), mark(5), call(0), mark(6), done()])
+    dev.clear_counters()
+    dev.start()
+    assert int(dev.status().running)
+    active = dev.memory_map[f"PLAN[{bank}]"].addr
+    with pytest.raises(BusError) as refused:
+        dev.transport.write32(active, 0)
+    assert refused.value.write and refused.value.addr == active
+    assert int(dev.wait_done(timeout_cycles=20_000, poll_cycles=16).done)
+    return bank, dev.counters()
+
+
+@pytest.mark.parametrize("target", ["model", "amaranth"])
+def test_a_tile_without_debug_regs(target):
+    """A tile without the debugging registers (the iCEBreaker's) has no MARK and no
+    REFUSED_ADDR: their addresses answer a bus error both ways; MARK runs as a NOP, in
+    the cycles it takes where it writes the register, and a refused host write still
+    answers its error."""
+    config = replace(CONFIG, debug_regs=False)
+    with_them = replace(config, debug_regs=True)
+    with open_transport(target, config=config) as transport:
+        dev = Device(transport)
+        assert dev.config == config
+        for name in ("MARK", "REFUSED_ADDR"):
+            assert name not in dev.regs
+            # (where the register is on a tile that has it)
+            addr = tile_memory_map(with_them)[name].addr
+            with pytest.raises(BusError):
+                dev.transport.read32(addr)
+            with pytest.raises(BusError):
+                dev.transport.write32(addr, 0)
+        _, run = _marked_run(dev)
+        for name in DEBUG_COUNTERS:
+            assert name.upper() not in dev.regs and name not in run
+    assert run["kernel_calls"] == 2 and run["inferences"] == 1
+
+    with open_transport(target, config=with_them) as transport:
+        dev = Device(transport)
+        bank, run_with_them = _marked_run(dev)
+        assert int(dev.regs.MARK.read().value) == 6
+        assert int(dev.regs.REFUSED_ADDR.read().addr) == dev.memory_map[f"PLAN[{bank}]"].addr
+    assert (run_with_them["plan_retired"], run_with_them["refused_writes"]) == (5, 1)
+    # (CYCLES, since the clear, counts the host's accesses too: the comparison is of
+    # what the plan did.)
+    assert {name: value for name, value in run.items() if name != "cycles"} == \
+        {name: value for name, value in run_with_them.items() if name in run and name != "cycles"}
 
 
 def test_memory_options_checked():
