@@ -2,7 +2,7 @@
  * fusetile.hdl.regmap; do not edit.
  *
  * Addresses are byte offsets from the tile's base; registers are 32-bit.
- * Generated for hardware profile 45a4f7b216ce070f. */
+ * Generated for hardware profile ff8c91b1856d58f4. */
 
 #ifndef FUSETILE_REGS_H
 #define FUSETILE_REGS_H
@@ -11,7 +11,7 @@
 #define FT_VERSION_MAJOR                         0
 #define FT_VERSION_MINOR                         4
 #define FT_VERSION_PATCH                         0
-#define FT_PROFILE_HASH                          "45a4f7b216ce070f"
+#define FT_PROFILE_HASH                          "ff8c91b1856d58f4"
 
 /* Configuration this header was generated for. */
 #define FT_CFG_ROWS                              8
@@ -37,6 +37,7 @@
 #define FT_CFG_SLOT_VERSIONS                     1
 #define FT_CFG_WORD_OPS                          1
 #define FT_CFG_WATCHDOG                          1
+#define FT_CFG_DEBUG_REGS                        1
 
 /* Values of the identity registers for that configuration. */
 #define FT_ID_VALUE                              0x4654494Cu
@@ -114,7 +115,7 @@
 #define FT_HWCFG_CTRL_NO_DECISIONS_SHIFT         31
 #define FT_HWCFG_CTRL_NO_DECISIONS_MASK          0x80000000u  /* R */
 
-/* HWCFG_GMEM: Global memory configuration, and whether the word operations and the watchdog are built. */
+/* HWCFG_GMEM: Global memory configuration, and whether the word operations, the watchdog and the debugging registers are built. */
 #define FT_HWCFG_GMEM_ADDR                       0x0014u
 #define FT_HWCFG_GMEM_BYTES_SHIFT                0
 #define FT_HWCFG_GMEM_BYTES_MASK                 0x00FFFFFFu  /* R */
@@ -122,6 +123,8 @@
 #define FT_HWCFG_GMEM_NO_WORD_OPS_MASK           0x01000000u  /* R */
 #define FT_HWCFG_GMEM_NO_WATCHDOG_SHIFT          25
 #define FT_HWCFG_GMEM_NO_WATCHDOG_MASK           0x02000000u  /* R */
+#define FT_HWCFG_GMEM_NO_DEBUG_REGS_SHIFT        26
+#define FT_HWCFG_GMEM_NO_DEBUG_REGS_MASK         0x04000000u  /* R */
 
 /* CTRL: Commands. */
 #define FT_CTRL_ADDR                             0x0020u
@@ -171,7 +174,7 @@
 #define FT_IRQ_ENABLE_FAULT_SHIFT                1
 #define FT_IRQ_ENABLE_FAULT_MASK                 0x00000002u  /* RW */
 
-/* MARK: Progress marker written by the plan. */
+/* MARK: Progress marker written by the plan. Not built on a tile without the debugging registers (HWCFG_GMEM.no_debug_regs). */
 #define FT_MARK_ADDR                             0x0030u
 #define FT_MARK_VALUE_SHIFT                      0
 #define FT_MARK_VALUE_MASK                       0x00FFFFFFu  /* R */
@@ -229,7 +232,7 @@
 #define FT_FAULT_ADDR_ADDR_SHIFT                 0
 #define FT_FAULT_ADDR_ADDR_MASK                  0xFFFFFFFFu  /* R */
 
-/* REFUSED_ADDR: Byte address of the last refused bus write. */
+/* REFUSED_ADDR: Byte address of the last refused bus write. Not built on a tile without the debugging registers (HWCFG_GMEM.no_debug_regs). */
 #define FT_REFUSED_ADDR_ADDR                     0x004Cu
 #define FT_REFUSED_ADDR_ADDR_SHIFT               0
 #define FT_REFUSED_ADDR_ADDR_MASK                0xFFFFFFFFu  /* R */
