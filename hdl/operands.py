@@ -192,7 +192,7 @@ class OperandCheck(wiring.Component):
                     spans((rq.out_addr, p0))
             if not cfg.word_ops:
                 # Not built (TileConfig.word_ops): illegal, whatever the operands.
-                with m.Case(*WORD_OPS):
+                with m.Case(*sorted(WORD_OPS, key=lambda op: op.value)):
                     m.d[first] += illegal.eq(1)
             else:
                 with m.Case(MicroOp.VADD):
