@@ -188,26 +188,27 @@ def _product_sum(m, sel, terms_1, terms_0, name, *, short=False, low_or=False):
         k = low[0]
         p = offsets[k][1]
         p_high = p[_PIECE:].as_signed() if p.shape().signed else p[_PIECE:]
-        shifted = [p_high if j == k else value >> _PIECE for j, value in enumerate(shifted)]
-        while len(shifted) > 1:
-            shifted = [shifted[j] + shifted[j + 1] if j + 1 < len(shifted) else shifted[j]
-                       for j in range(0, len(shifted), 2)]
+        highs = [p_high if j == k else value >> _PIECE for j, value in enumerate(shifted)]
         any_low = Signal(name=f"{name}_sum_low", reset_less=True)
         high = Signal(signed(total_bits - _PIECE), name=f"{name}_sum", reset_less=True)
-        m.d.sync += [any_low.eq(p[:_PIECE].any()), high.eq(shifted[0])]
+        m.d.sync += [any_low.eq(p[:_PIECE].any()), high.eq(_tree_sum(highs))]
         return Cat(any_low, Const(0, _PIECE - 1), high).as_signed()
-    # Summed as a balanced tree: Python's sum() chains the adders, one carry chain
-    # after another (the vector unit's most common late endpoints on the ULX3S at
-    # 3247880, docs/fpga-timing.md step 35).
-    while len(shifted) > 1:
-        shifted = [shifted[k] + shifted[k + 1] if k + 1 < len(shifted) else shifted[k]
-                   for k in range(0, len(shifted), 2)]
     total = Signal(signed(total_bits), name=f"{name}_sum", reset_less=True)
     if biases:
-        m.d.sync += total.eq(shifted[0] - Mux(sel_3, 0, _bias_sum(biases)))
+        m.d.sync += total.eq(_tree_sum(shifted) - Mux(sel_3, 0, _bias_sum(biases)))
     else:
-        m.d.sync += total.eq(shifted[0])
+        m.d.sync += total.eq(_tree_sum(shifted))
     return total
+
+
+def _tree_sum(values):
+    """The sum of ``values`` as a balanced tree of adders: Python's sum() chains them,
+    one carry chain after another (the vector unit's most common late endpoints on the
+    ULX3S at 3247880, docs/fpga-timing.md step 35)."""
+    while len(values) > 1:
+        values = [values[k] + values[k + 1] if k + 1 < len(values) else values[k]
+                  for k in range(0, len(values), 2)]
+    return values[0]
 
 
 def _needs_bias(a1, a0):
