@@ -3,7 +3,7 @@
 :class:`~fusetile.hdl.vector.VectorAlu` is pipelined for the ULX3S's 100 MHz: a
 register in every path of more than a few LUTs, the word and the VCFG registers
 carried along its eleven stages, each DSP multiplier's operands and product registered
-in the fabric as well as in the block. On an iCE40UP5K at 24 MHz a cycle is 42 ns, and
+in the fabric as well as in the block. On an iCE40UP5K at 20 MHz a cycle is 50 ns, and
 every flip-flop takes one of the 5,280 logic cells the whole tile must fit in. This
 unit does the same operations, bit for bit, through the same ports and contract, in
 the stages such a clock needs:

@@ -183,11 +183,13 @@ def _synth_options(family, config):
 # Placer and router, per family. On the ULX3S build the electrostatic placer ("static")
 # leaves a quarter less wire than the default HeAP, in a third of the time, and router1
 # then routes it where router2 stalls (docs/fpga.md, "Placer and router"). On the
-# iCE40, which this design overfills, the static placer was still legalising minutes
-# after HeAP would have said that it does not fit, so the iCE40 keeps HeAP.
+# iCE40, which this design fills to 98 % of its logic cells, the static placer was still
+# legalising minutes after HeAP would have said that it does not fit, so the iCE40 keeps
+# HeAP; router1 routes HeAP's placement in 25 minutes, where router2 still had 696
+# wires overused after 532 passes (docs/fpga.md, "iCEBreaker").
 _NEXTPNR_OPTIONS = {
     "ecp5": ["--placer", "static", "--router", "router1"],
-    "ice40": ["--router", "router2"],
+    "ice40": ["--router", "router1"],
 }
 
 
@@ -308,10 +310,15 @@ def _late_endpoints(report, clock, clock_mhz):
 
 def parse_yosys_stat(log):
     """Cell counts of the top module from the last ``stat`` in a Yosys log: LUTs
-    (``LUT4``/``SB_LUT4``) and flip-flops (``TRELLIS_FF``/``SB_DFF*``)."""
+    (``LUT4``/``SB_LUT4``) and flip-flops (``TRELLIS_FF``/``SB_DFF*``).
+
+    The build's design is flattened, so the ``stat`` has one module, the top; Yosys
+    0.70 then prints its cells again under ``=== design hierarchy ===``, which is not
+    counted a second time: only the first module's section is read."""
     section = log.rsplit("Printing statistics.", 1)[-1]
+    modules = re.split(r"^\s*=== .* ===\s*$", section, flags=re.M)
     counts = {}
-    for name, n in _stat_rows(section):
+    for name, n in _stat_rows(modules[1] if len(modules) > 1 else section):
         counts[name] = counts.get(name, 0) + n
     luts = counts.get("LUT4", 0) + counts.get("SB_LUT4", 0)
     ffs = sum(n for name, n in counts.items()
@@ -508,8 +515,9 @@ def build(board_name, *, config=None, clock_hz=None, baud=DEFAULT_BAUD, build_di
         "late_endpoints": report["late"],
         "resources": report["resources"],
         "macs": macs,
-        "peak_gops": round(2 * macs * clock_mhz / 1e3, 2),
-        "peak_gops_at_fmax": round(2 * macs * report["fmax_mhz"] / 1e3, 2),
+        # (Three decimals: the iCEBreaker's tile makes 0.159 GOPS.)
+        "peak_gops": round(2 * macs * clock_mhz / 1e3, 3),
+        "peak_gops_at_fmax": round(2 * macs * report["fmax_mhz"] / 1e3, 3),
         "uart": {"baud": baud, "divisor": divisor},
         "leds": [name for name, _ in LED_MEANINGS[:board.leds]],
         "build_seconds": round(seconds, 1),
