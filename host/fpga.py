@@ -186,7 +186,7 @@ def _synth_options(family, config):
 # iCE40, which this design fills to 98 % of its logic cells, the static placer was still
 # legalising minutes after HeAP would have said that it does not fit, so the iCE40 keeps
 # HeAP; router1 routes HeAP's placement in 25 minutes, where router2 still had 696
-# wires overused after 532 passes (docs/fpga.md, "iCEBreaker").
+# wires overused after 532 passes (docs/fpga-timing.md, step 71).
 _NEXTPNR_OPTIONS = {
     "ecp5": ["--placer", "static", "--router", "router1"],
     "ice40": ["--router", "router1"],
