@@ -7,9 +7,9 @@ from amaranth.lib.wiring import In, Out
 from ..kernels.config import TileConfig
 from . import wishbone
 from ..kernels.isa import FLAGS, INDEX_REGS
-from .regmap import (tile_memory_map, bus_regions, hwcfg_values, COUNTERS, DEBUG_COUNTERS,
-                     SLOT_COUNTERS, BRANCH_COUNTERS, BANK_COUNTERS, PIPELINED_COUNTERS,
-                     ADDR_WIDTH, CSR_SPAN)
+from .regmap import (tile_memory_map, bus_regions, hwcfg_values, COUNTERS, SLOT_COUNTERS,
+                     BRANCH_COUNTERS, BANK_COUNTERS, PIPELINED_COUNTERS, ADDR_WIDTH,
+                     CSR_SPAN)
 from .csr import CsrBank
 from .counters import PerfCounters
 from .trace import TraceFifo
@@ -326,8 +326,10 @@ class Tile(wiring.Component):
             "bank_conflicts": spad.conflicts,
         }
         assert set(increments) == {name for name, _ in COUNTERS}
+        # The map says which global counters the tile has (not regmap.DEBUG_COUNTERS
+        # without `debug_regs`).
         increments = {name.upper(): inc for name, inc in increments.items()
-                      if cfg.debug_regs or name not in DEBUG_COUNTERS}
+                      if name.upper() in mm}
         if cfg.slot_counters:
             for s in range(cfg.kernel_slots):
                 increments[f"SLOT_CALLS[{s}]"] = ev.call_done & (ctrl.slot == s)
